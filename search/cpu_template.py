@@ -1,0 +1,118 @@
+"""CPU (llvm) template: Ansor-style SSRSRS multi-level tiling, parallel, vectorize, unroll, packing."""
+
+from __future__ import annotations
+
+import math
+
+from .config import Config
+from .knobs import ChoiceKnob, OrderKnob, PlacementKnob, split_knob
+from .space import Space
+from .targets import num_cores, vector_lanes
+from .template import Template
+
+SPATIAL_LEVELS = 4  # parallel outer, cache tile, register tile outer, register tile inner
+REDUCE_LEVELS = 2
+UNROLL_STEPS = (0, 16, 64, 512)
+VECTOR_REGISTERS = 16  # ymm/zmm registers that hold the accumulator tile
+
+
+class CPUTemplate(Template):
+    """Loop nest S0 S1 R0 S2 R1 S3: S0 fused and parallel, S3's innermost axis vectorized.
+
+    The accumulator tile lives in a local buffer written back once at the chosen level (where
+    the epilogue is fused too); one weight-like operand may be packed so that the vectorized
+    axis is contiguous and innermost in memory.
+    """
+
+    def vector_candidates(self) -> list[int]:
+        s = self.structure
+        last = s.spatial[-1]
+        packable = [a for a in s.spatial if a != last and s.extents[a] > 1 and self.packed_operand(a) is not None]
+        return [last] + packable
+
+    def packed_operand(self, axis: int) -> int | None:
+        """Read index of the operand that packing would re-lay out for vectorized axis `axis`."""
+        for index, access in enumerate(self.structure.reads):
+            if index > 0 and access.is_input and access.dim_indexed_by(axis) is not None:
+                return index
+        return None
+
+    def make_space(self) -> Space:
+        s = self.structure
+        knobs = [split_knob(self.axis_knob(a), s.extents[a], SPATIAL_LEVELS) for a in s.spatial]
+        knobs += [split_knob(self.axis_knob(a), s.extents[a], REDUCE_LEVELS) for a in s.reduce]
+        names = [s.axis_names[a] for a in self.vector_candidates()]
+        knobs.append(OrderKnob("vector_axis", tuple(names)))
+        if any(self.packed_operand(a) is not None for a in self.vector_candidates()):
+            knobs.append(ChoiceKnob("pack", (0, 1)))
+        knobs.append(ChoiceKnob("unroll", UNROLL_STEPS))
+        knobs.append(PlacementKnob("write_at", (0, 1)))
+        self.lanes = vector_lanes(self.target, self.workload.dtype)
+        return Space(tuple(knobs), (self.register_rule, self.pack_rule))
+
+    def vector_axis(self, config: Config) -> int:
+        return self.structure.axis_names.index(config["vector_axis"])
+
+    def register_rule(self, config: Config) -> str | None:
+        tile = math.prod(config[self.axis_knob(a)][-1] for a in self.structure.spatial)
+        limit = VECTOR_REGISTERS * self.lanes
+        if tile > limit:
+            return f"register tile of {tile} elements exceeds {VECTOR_REGISTERS} vector registers ({limit})"
+        return None
+
+    def pack_rule(self, config: Config) -> str | None:
+        if config.get("pack") and self.packed_operand(self.vector_axis(config)) is None:
+            return f"nothing to pack when vectorizing axis {config['vector_axis']}"
+        return None
+
+    def schedule(self, sch, config: Config) -> None:
+        s = self.structure
+        if s.pad_block:
+            sch.compute_inline(sch.get_sblock(s.pad_block))
+        block = sch.get_sblock(s.main_block)
+        vec = self.vector_axis(config)
+        axis_loops = dict(zip(range(len(s.extents)), sch.get_loops(block)))
+        split = {a: sch.split(axis_loops[a], factors=list(config[self.axis_knob(a)])) for a in axis_loops}
+        inner_order = [a for a in s.spatial if a != vec] + [vec]
+        levels = [[split[a][0] for a in s.spatial], [split[a][1] for a in s.spatial],
+                  [split[a][0] for a in s.reduce], [split[a][2] for a in s.spatial],
+                  [split[a][1] for a in s.reduce], [split[a][3] for a in inner_order]]
+        sch.reorder(*[loop for level in levels for loop in level])
+        writeback = sch.cache_write(block, 0, "global")
+        if s.epilogue_block:
+            sch.reverse_compute_inline(sch.get_sblock(s.epilogue_block))
+        outer = sch.fuse(*levels[0])
+        sch.parallel(outer)
+        attach = outer if config["write_at"] == 0 else levels[1][-1]
+        sch.reverse_compute_at(writeback, attach)
+        if config["unroll"]:
+            sch.annotate(outer, "pragma_auto_unroll_max_step", config["unroll"])
+            sch.annotate(outer, "pragma_unroll_explicit", 1)
+        self.vectorize_innermost(sch, levels[5][-1])
+        sch.decompose_reduction(block, levels[2][0])
+        writeback_loops = sch.get_loops(writeback)
+        attach_depth = 1 if config["write_at"] == 0 else 1 + len(s.spatial)
+        if len(writeback_loops) > attach_depth:  # it has loops of its own below the attach point
+            self.vectorize_innermost(sch, writeback_loops[-1])
+        if config.get("pack"):
+            self.pack(sch, block, vec, config[self.axis_knob(vec)][-1])
+
+    @staticmethod
+    def vectorize_innermost(sch, loop) -> None:
+        if int(sch.get(loop).extent) > 1:
+            sch.vectorize(loop)
+
+    def pack(self, sch, block, vec: int, width: int) -> None:
+        """Copy the operand into a [d // width, ..., width] layout once per call, in parallel."""
+        access = self.structure.reads[self.packed_operand(vec)]
+        dim = access.dim_indexed_by(vec)
+        names = [region.source.name for region in sch.get(block).reads]
+        packed = sch.cache_read(block, names.index(access.buffer), "global")
+
+        def layout(*idx):
+            rest = [i for d, i in enumerate(idx) if d != dim]
+            return (idx[dim] // width, *rest, idx[dim] % width)
+
+        sch.transform_layout(packed, ("write", 0), layout)
+        loops = sch.get_loops(packed)
+        sch.parallel(loops[0])

@@ -1,0 +1,80 @@
+"""`Template`: a workload's space of schedules on one target, and how a config becomes a program."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from workloads import Workload
+
+from .config import Config
+from .space import InvalidConfig, Space
+from .structure import Structure, analyze
+
+
+class Template(ABC):
+    """Subclasses define `make_space` and `schedule`; apply() is deterministic in the config."""
+
+    def __init__(self, workload: Workload, target):
+        self.workload = workload
+        self.target = target
+        self.structure: Structure = analyze(workload)
+        self.space: Space = self.make_space()
+
+    @abstractmethod
+    def make_space(self) -> Space: ...
+
+    @abstractmethod
+    def schedule(self, sch, config: Config) -> None:
+        """Apply `config` to a fresh schedule of the workload's PrimFunc, in place."""
+
+    def axis_knob(self, axis: int) -> str:
+        return f"tile_{self.structure.axis_names[axis]}"
+
+    def apply(self, config: Config):
+        """The scheduled program for `config`: a `tvm.s_tir.Schedule`, or `InvalidConfig`."""
+        from tvm import s_tir
+
+        config = self.space.check(config if isinstance(config, Config) else Config(config))
+        sch = s_tir.Schedule(self.workload.prim_func(), error_render_level="none")
+        try:
+            self.schedule(sch, config)
+        except s_tir.ScheduleError:
+            raise InvalidConfig(f"{self.workload.key}: {config} cannot be applied: {self.explain(config)}") from None
+        return sch
+
+    def explain(self, config: Config) -> str:
+        """Re-apply a failing config with TVM's full diagnostics and keep its reason line."""
+        from tvm import s_tir
+
+        try:
+            self.schedule(s_tir.Schedule(self.workload.prim_func(), error_render_level="detail"), config)
+        except s_tir.ScheduleError as err:
+            lines = [line for line in str(err).splitlines() if line.startswith(("Error message", "ScheduleError"))]
+            return " ".join(lines) or str(err).splitlines()[-1]
+        return "unknown schedule error"
+
+    def lower(self, config: Config):
+        """The lowered module (buffers flattened, loops vectorized): what the cost model reads."""
+        import tvm
+        from tvm import s_tir, tirx
+
+        mod = tvm.tirx.transform.BindTarget(self.target)(self.apply(config).mod)
+        passes = [s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+                  s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
+                  s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(),
+                  tirx.transform.VectorizeLoop(), tirx.transform.StmtSimplify()]
+        return tvm.ir.transform.Sequential(passes)(mod)
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[Config]:
+        return self.space.sample(rng, n)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.workload.key}, {self.target.kind.name})"
+
+
+def tile_levels(sch, loops: dict[int, list]) -> list[list]:
+    """Regroup per-axis split loops into per-level lists: level l holds every axis's l-th loop."""
+    depth = max(len(v) for v in loops.values())
+    return [[loops[a][level] for a in sorted(loops) if level < len(loops[a])] for level in range(depth)]

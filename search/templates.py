@@ -1,0 +1,21 @@
+"""`template_for`: the template of a workload on a target."""
+
+from __future__ import annotations
+
+from workloads import Workload
+
+from .cpu_template import CPUTemplate
+from .targets import resolve_target
+from .template import Template
+
+
+def template_for(workload: Workload, target) -> Template:
+    """The schedule template for `workload` on `target` ('llvm', 'cuda', a dict or a Target)."""
+    if not isinstance(workload, Workload):
+        raise TypeError(f"workload must be a workloads.Workload, got {type(workload).__name__}")
+    resolved = resolve_target(target)
+    if resolved.kind.name == "cuda":
+        from .cuda_template import CUDATemplate
+
+        return CUDATemplate(workload, resolved)
+    return CPUTemplate(workload, resolved)

@@ -1,0 +1,36 @@
+"""A learning-based tensor program auto-tuner over Apache TVM TensorIR schedules."""
+
+from pathlib import Path
+
+from setuptools import setup
+
+version = {}
+exec(Path("tuner/version.py").read_text(), version)
+
+setup(
+    name="autotune",
+    version=version["__version__"],
+    description="Learning-based auto-tuner for matmul and convolution kernels (TVM, LightGBM, torch)",
+    long_description=Path("README.md").read_text(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["tuner", "cost_model", "search", "workloads"],
+    package_data={"workloads": ["suites/*.json"], "cost_model": ["pretrained/*"]},
+    install_requires=[
+        # ffi 0.1.15 makes tvm.ir.save_json (and MetaSchedule's database) segfault: pin both.
+        "apache-tvm==0.27.0.post1",
+        "apache-tvm-ffi==0.1.14.post0",
+        "numpy",
+        "lightgbm",
+        # The CPU build; an unpinned torch pulls a CUDA build of several GB.
+        "torch==2.13.0",
+        "pandas",
+        "tqdm",
+        "filelock",
+    ],
+    extras_require={
+        "dev": ["pytest", "pytest-timeout", "tornado", "nbclient", "nbformat", "ipykernel", "matplotlib"],
+        "baseline": ["xgboost", "psutil", "cloudpickle"],
+    },
+    entry_points={"console_scripts": ["autotune=tuner.cli:main"]},
+)

@@ -1,0 +1,131 @@
+"""The `Workload` value: what to tune, its numpy reference, FLOP count and stable key."""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+DTYPES = ("float32", "float16")
+EPILOGUES = (None, "bias", "relu", "bias_relu")
+
+Shape = tuple[int, ...]
+
+
+def check_positive(name: str, value: Any) -> int:
+    """Return `value` as an int, or raise a ValueError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_choice(name: str, value: Any, choices: tuple) -> Any:
+    if value not in choices:
+        shown = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {shown}, got {value!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload(ABC):
+    """An operator instance. Subclasses are frozen dataclasses whose fields are its parameters.
+
+    Fields listed in `SHAPE_FIELDS` always appear in the key; the other fields appear only when
+    they differ from their default, so keys stay short and readable.
+    """
+
+    op: ClassVar[str]
+    SHAPE_FIELDS: ClassVar[tuple[str, ...]]
+
+    @property
+    def dtype(self) -> str:  # overridden by the dataclass field of every subclass
+        raise NotImplementedError
+
+    @property
+    def key(self) -> str:
+        """A stable, human-readable identity, the same in every process."""
+        parts = []
+        for field in dataclasses.fields(self):
+            if field.name == "dtype":
+                continue
+            value = getattr(self, field.name)
+            if field.name in self.SHAPE_FIELDS or value != field.default:
+                parts.append(f"{field.name}={value}")
+        parts.append(self.dtype)
+        return f"{self.op}({','.join(parts)})"
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    @abstractmethod
+    def flops(self) -> int:
+        """Floating-point operations: 2 per multiply-accumulate, 1 per epilogue op per output."""
+
+    @property
+    @abstractmethod
+    def input_shapes(self) -> tuple[Shape, ...]: ...
+
+    @property
+    @abstractmethod
+    def output_shapes(self) -> tuple[Shape, ...]: ...
+
+    @abstractmethod
+    def tensors(self) -> list:
+        """The `tvm.te` tensors of the operator: inputs first, then outputs."""
+
+    @abstractmethod
+    def reference(self, *inputs: np.ndarray) -> np.ndarray:
+        """The expected output, computed with numpy in float64."""
+
+    @property
+    def main_block(self) -> str:
+        """Name of the reduction block that templates tile."""
+        return self.op
+
+    def prim_func(self):
+        """The operator as a TVM PrimFunc (inputs first, then outputs), named after its op."""
+        from tvm import te
+
+        return te.create_prim_func(self.tensors()).with_attr("global_symbol", "main")
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Inputs drawn uniformly from [-1, 1): never zeros, so timings and checks mean something."""
+        rng = np.random.default_rng(seed)
+        return [rng.uniform(-1.0, 1.0, size=shape).astype(self.dtype) for shape in self.input_shapes]
+
+    @property
+    def tolerance(self) -> tuple[float, float]:
+        """(rtol, atol) for comparing a kernel's output with `reference`, by dtype and depth."""
+        depth = max(self.reduction_size, 1)
+        if self.dtype == "float16":
+            return 2e-2, 2e-3 * np.sqrt(depth)
+        return 1e-4, 1e-5 * np.sqrt(depth)
+
+    @property
+    @abstractmethod
+    def reduction_size(self) -> int:
+        """Number of terms summed into each output element."""
+
+
+def finish(workload_output: np.ndarray, dtype: str) -> np.ndarray:
+    """Cast a float64 reference result to the workload's dtype."""
+    return np.ascontiguousarray(workload_output.astype(dtype))
+
+
+def apply_epilogue(acc: np.ndarray, epilogue: str | None, bias: np.ndarray | None, channel_axis: int):
+    """Apply a fused epilogue to a float64 accumulator (bias broadcast along `channel_axis`)."""
+    if epilogue in ("bias", "bias_relu"):
+        shape = [1] * acc.ndim
+        shape[channel_axis] = -1
+        acc = acc + bias.astype(np.float64).reshape(shape)
+    if epilogue in ("relu", "bias_relu"):
+        acc = np.maximum(acc, 0.0)
+    return acc
+
+
+def epilogue_ops(epilogue: str | None) -> int:
+    """Elementwise FLOPs per output element of an epilogue."""
+    return {None: 0, "bias": 1, "relu": 1, "bias_relu": 2}[epilogue]
