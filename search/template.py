@@ -34,9 +34,13 @@ class Template(ABC):
 
     def apply(self, config: Config):
         """The scheduled program for `config`: a `tvm.s_tir.Schedule`, or `InvalidConfig`."""
+        config = config if isinstance(config, Config) else Config(config)
+        return self.unchecked_apply(self.space.check(config))
+
+    def unchecked_apply(self, config: Config):
+        """`apply` without the space's rules (which may themselves need the program)."""
         from tvm import s_tir
 
-        config = self.space.check(config if isinstance(config, Config) else Config(config))
         sch = s_tir.Schedule(self.workload.prim_func(), error_render_level="none")
         try:
             self.schedule(sch, config)
@@ -57,15 +61,7 @@ class Template(ABC):
 
     def lower(self, config: Config):
         """The lowered module (buffers flattened, loops vectorized): what the cost model reads."""
-        import tvm
-        from tvm import s_tir, tirx
-
-        mod = tvm.tirx.transform.BindTarget(self.target)(self.apply(config).mod)
-        passes = [s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-                  s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
-                  s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(),
-                  tirx.transform.VectorizeLoop(), tirx.transform.StmtSimplify()]
-        return tvm.ir.transform.Sequential(passes)(mod)
+        return lower_schedule(self.apply(config), self.target)
 
     def sample(self, rng: np.random.Generator, n: int) -> list[Config]:
         return self.space.sample(rng, n)
@@ -74,7 +70,15 @@ class Template(ABC):
         return f"{type(self).__name__}({self.workload.key}, {self.target.kind.name})"
 
 
-def tile_levels(sch, loops: dict[int, list]) -> list[list]:
-    """Regroup per-axis split loops into per-level lists: level l holds every axis's l-th loop."""
-    depth = max(len(v) for v in loops.values())
-    return [[loops[a][level] for a in sorted(loops) if level < len(loops[a])] for level in range(depth)]
+
+def lower_schedule(sch, target):
+    """The s_tir lowering passes only: a readable flat program, before host/device splitting."""
+    import tvm
+    from tvm import s_tir, tirx
+
+    mod = tvm.tirx.transform.BindTarget(target)(sch.mod)
+    passes = [s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+              s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
+              s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(),
+              tirx.transform.VectorizeLoop(), tirx.transform.StmtSimplify()]
+    return tvm.ir.transform.Sequential(passes)(mod)
