@@ -1,0 +1,168 @@
+"""Persistent worker processes with per-task time limits enforced by the parent.
+
+A task that hangs (even inside C code, holding the GIL) is killed on time, because the clock
+runs in the parent and the worker is a separate process; a worker that crashes (a segfault in
+code generation or in a kernel) costs only its own task and is replaced. The time limit starts
+when a worker receives the task, so time spent queueing is not counted against it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .measure_result import shorten
+from .worker import read_message, write_message
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """`value` when the task returned; otherwise `failure` is 'timeout', 'crash' or 'error'."""
+
+    value: Any = None
+    failure: str | None = None
+    message: str = ""
+    seconds: float = 0.0
+
+
+class _Worker:
+    """A `python -m tuner.worker` child; a subprocess, not multiprocessing, so that no script
+    is re-imported in the child and pools work from scripts, notebooks and tests alike."""
+
+    def __init__(self, env: dict[str, str]):
+        self.log = tempfile.NamedTemporaryFile(prefix="autotune-worker-", suffix=".log", delete=False)
+        child_env = dict(os.environ, **env)
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, child_env.get("PYTHONPATH")]))
+        self.process = subprocess.Popen([sys.executable, "-m", "tuner.worker"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.log, env=child_env)
+        self.task_index: int | None = None
+        self.started = 0.0
+        self.log_offset = 0
+
+    def give(self, index: int, function: Callable, payload: Any) -> None:
+        self.log_offset = os.path.getsize(self.log.name)
+        write_message(self.process.stdin, (function, payload))
+        self.task_index, self.started = index, time.monotonic()
+
+    def receive(self) -> tuple[str, Any]:
+        try:
+            return read_message(self.process.stdout)
+        except (EOFError, OSError, pickle.UnpicklingError):
+            return "crash", None
+
+    def log_tail(self) -> str:
+        with open(self.log.name, "rb") as log:
+            log.seek(self.log_offset)
+            return log.read().decode(errors="replace")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=5)
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self.log.close()
+        os.unlink(self.log.name)
+
+    def stop(self) -> None:
+        try:
+            write_message(self.process.stdin, None)
+            self.process.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+class WorkerPool:
+    """`workers` processes that run module-level functions on picklable payloads.
+
+    `env` is set in each worker before any task, e.g. `TVM_NUM_THREADS` so that kernels run on
+    the cores the user has. Use as a context manager, or call `close()`.
+    """
+
+    def __init__(self, workers: int, *, env: dict[str, str] | None = None):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.env = dict(env or {})
+        self.size = workers
+        self._workers: list[_Worker] = []
+
+    def _ensure_workers(self) -> None:
+        self._workers = [w for w in self._workers if w.process.poll() is None]
+        while len(self._workers) < self.size:
+            self._workers.append(_Worker(self.env))
+
+    def map(self, function: Callable[[Any], Any], payloads: Sequence[Any], timeout_s: float) -> list[TaskOutcome]:
+        """Run `function(payload)` for every payload; the outcomes come back in order."""
+        self._ensure_workers()
+        outcomes: list[TaskOutcome | None] = [None] * len(payloads)
+        pending = list(range(len(payloads)))[::-1]
+        idle = list(self._workers)
+        busy: list[_Worker] = []
+        while pending or busy:
+            while pending and idle:
+                worker = idle.pop()
+                index = pending.pop()
+                worker.give(index, function, payloads[index])
+                busy.append(worker)
+            deadline = min(w.started + timeout_s for w in busy)
+            readable, _, _ = select.select([w.process.stdout for w in busy], [], [],
+                                           max(0.0, deadline - time.monotonic()))
+            now = time.monotonic()
+            for worker in list(busy):
+                elapsed = now - worker.started
+                if worker.process.stdout in readable:
+                    status, value = worker.receive()
+                    if status == "ok":
+                        outcome = TaskOutcome(value=value, seconds=elapsed)
+                    elif status == "error":
+                        outcome = TaskOutcome(failure="error", message=shorten(value), seconds=elapsed)
+                    else:
+                        code = worker.process.wait(timeout=5)
+                        outcome = TaskOutcome(failure="crash", seconds=elapsed, message=shorten(
+                            f"worker died (exit code {code})\n{worker.log_tail()}"))
+                elif elapsed >= timeout_s:
+                    outcome = TaskOutcome(failure="timeout", seconds=elapsed, message=shorten(
+                        f"killed after {timeout_s:g} s\n{worker.log_tail()}"))
+                else:
+                    continue
+                outcomes[worker.task_index] = outcome
+                busy.remove(worker)
+                if outcome.failure in ("crash", "timeout"):
+                    worker.kill()
+                    self._workers.remove(worker)
+                    worker = _Worker(self.env)
+                    self._workers.append(worker)
+                worker.task_index = None
+                idle.append(worker)
+        return outcomes  # type: ignore[return-value]
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.stop()
+        self._workers = []
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
