@@ -68,3 +68,15 @@ def vector_lanes(target: tvm.target.Target, dtype: str) -> int:
 def cuda_limit(target: tvm.target.Target, name: str) -> int:
     value = target.attrs.get(name)
     return int(value) if value is not None else CUDA_LIMITS[name]
+
+
+def target_from_key(key: str) -> tvm.target.Target:
+    """Inverse of `target_key`, for reading records back (features, replay, best kernels)."""
+    kind, *options = key.split()
+    attrs = dict(option.lstrip("-").split("=", 1) for option in options)
+    if kind == "cuda":
+        return resolve_target({"kind": "cuda", "arch": attrs.get("arch", "sm_90"), **CUDA_LIMITS})
+    if kind == "llvm":
+        return tvm.target.Target({"kind": "llvm", "mcpu": attrs.get("mcpu", "generic"),
+                                  "num-cores": int(attrs.get("num-cores", 1))})
+    raise ValueError(f"not a target key: {key!r}")

@@ -1,0 +1,69 @@
+"""The `CostModel` contract every ranker keeps."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Scores candidates so that higher means faster; only the order of scores matters.
+
+    `fit` trains on (features, throughputs, groups), `groups` giving the sizes of consecutive
+    query groups (one per workload) whose throughputs are comparable; `update` adds data and
+    retrains on everything seen; `predict` works before any fit (it then scores 0).
+    Models hold all their state in attributes: no globals.
+    """
+
+    def fit(self, features: np.ndarray, throughputs: np.ndarray, groups: np.ndarray) -> "CostModel": ...
+
+    def update(self, features: np.ndarray, throughputs: np.ndarray, groups: np.ndarray) -> "CostModel": ...
+
+    def predict(self, features: np.ndarray) -> np.ndarray: ...
+
+    def save(self, path: str) -> None: ...
+
+
+def relevance(throughputs: np.ndarray, groups: np.ndarray, levels: int = 31) -> np.ndarray:
+    """Integer relevance grades per group: throughput over the group's best, in `levels` steps."""
+    grades = np.zeros(len(throughputs), dtype=np.int32)
+    start = 0
+    for size in groups:
+        part = throughputs[start:start + size]
+        best = part.max() if size and part.max() > 0 else 1.0
+        grades[start:start + size] = np.round(levels * np.clip(part / best, 0, 1) ** 2).astype(np.int32)
+        start += size
+    return grades
+
+
+def check_data(features: np.ndarray, throughputs: np.ndarray, groups: np.ndarray):
+    features = np.asarray(features, dtype=np.float32)
+    throughputs = np.asarray(throughputs, dtype=np.float64)
+    groups = np.asarray(groups, dtype=np.int64)
+    if features.ndim != 2 or len(features) != len(throughputs) or groups.sum() != len(features):
+        raise ValueError(f"features {features.shape}, throughputs {throughputs.shape} and groups summing to "
+                         f"{groups.sum()} do not agree")
+    return features, throughputs, groups
+
+
+class DataBuffer:
+    """The training data a ranker has seen, grouped per workload, so `update` can refit on all."""
+
+    def __init__(self):
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def add(self, features, throughputs, groups) -> None:
+        start = 0
+        for size in groups:
+            self.parts.append((features[start:start + size], throughputs[start:start + size]))
+            start += size
+
+    def merged(self, min_group: int = 2):
+        """All data with groups of at least `min_group` rows (a group of one teaches no order)."""
+        parts = [p for p in self.parts if len(p[0]) >= min_group]
+        if not parts:
+            return None
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                np.array([len(p[0]) for p in parts]))

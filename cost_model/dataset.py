@@ -1,0 +1,75 @@
+"""Records to training data: features, throughputs and one query group per workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from search import Config, InvalidConfig, template_for
+from search.targets import target_from_key
+from workloads import from_key
+
+from .features import FeatureExtractor
+
+
+@lru_cache(maxsize=64)
+def extractor_for(workload_key: str, target_key: str) -> FeatureExtractor:
+    return FeatureExtractor(template_for(from_key(workload_key), target_from_key(target_key)))
+
+
+@dataclass
+class Dataset:
+    features: np.ndarray
+    throughputs: np.ndarray  # FLOP/s; 0 for a failed candidate
+    groups: np.ndarray  # sizes of consecutive per-workload groups
+    workloads: list[str]  # one key per group
+
+    def subset(self, keep: Iterable[str]) -> "Dataset":
+        keep = set(keep)
+        bounds = np.concatenate([[0], np.cumsum(self.groups)])
+        rows = [np.arange(lo, hi) for w, lo, hi in zip(self.workloads, bounds[:-1], bounds[1:]) if w in keep]
+        index = np.concatenate(rows) if rows else np.zeros(0, dtype=int)
+        return Dataset(self.features[index], self.throughputs[index],
+                       np.array([len(r) for r in rows], dtype=np.int64),
+                       [w for w in self.workloads if w in keep])
+
+
+def throughput(record: Mapping) -> float:
+    costs = record.get("costs") or []
+    if record.get("error") != "none" or not costs:
+        return 0.0
+    return from_key(record["workload"]).flops / float(np.median(costs))
+
+
+def records_to_dataset(records: Iterable[Mapping]) -> Dataset:
+    """Group records by (workload, target) and extract features of their configs."""
+    by_group: dict[tuple[str, str], list[Mapping]] = {}
+    for record in records:
+        by_group.setdefault((record["workload"], record["target"]), []).append(record)
+    features, throughputs, groups, names = [], [], [], []
+    for (workload, target), group in by_group.items():
+        extractor = extractor_for(workload, target)
+        valid = []
+        for record in group:
+            config = Config.from_json(record["config"])
+            if extractor.template.space.is_valid(config):
+                valid.append((config, throughput(record)))
+        if not valid:
+            continue
+        features.append(extractor([c for c, _ in valid]))
+        throughputs.append(np.array([t for _, t in valid]))
+        groups.append(len(valid))
+        names.append(workload)
+    if not features:
+        raise InvalidConfig("no usable records: none of their configs fits the current search space")
+    return Dataset(np.concatenate(features), np.concatenate(throughputs), np.array(groups), names)
+
+
+def split_by_workload(dataset: Dataset, holdout: Iterable[str]) -> tuple[Dataset, Dataset]:
+    """(train, test) with the `holdout` workloads only in test."""
+    holdout = set(holdout)
+    return (dataset.subset([w for w in dataset.workloads if w not in holdout]),
+            dataset.subset([w for w in dataset.workloads if w in holdout]))

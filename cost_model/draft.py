@@ -1,0 +1,104 @@
+"""The draft model: an analytic estimate of a config's speed from its tile sizes alone.
+
+It is cheap (no lowering), so the tuner uses it to prune thousands of candidates before the
+learned model scores the survivors (Pruner's draft-then-verify); its terms are also features.
+"""
+
+from __future__ import annotations
+
+import math
+
+from search import Config, Template
+
+CPU_GHZ = 3.0
+L1_BYTES, L2_BYTES = 32 << 10, 512 << 10
+CUDA_SMS, CUDA_GHZ, CUDA_FMA_PER_SM = 132, 1.8, 128
+CUDA_THREADS_PER_SM, CUDA_REGISTERS_PER_SM, CUDA_SHARED_PER_SM = 2048, 65536, 228 << 10
+
+DRAFT_NAMES = (
+    "draft_log_gflops", "cores", "vector_lanes", "log_parallel_extent", "parallel_efficiency",
+    "vector_width", "vector_efficiency", "log_register_tile", "loads_per_fma", "log_l1_tile_bytes",
+    "l1_fit", "l2_fit", "packed", "log_unroll", "log_threads", "log_vthreads", "log_blocks",
+    "wave_efficiency", "log_shared_bytes", "registers_per_thread", "occupancy",
+)
+
+
+def _tiles(template: Template, config: Config, level_from: int) -> tuple[int, ...]:
+    """Per-axis extent covered from split level `level_from` inward (reduce axes: their inner part)."""
+    s = template.structure
+    out = []
+    for a, kind in enumerate(s.kinds):
+        parts = config[template.axis_knob(a)]
+        out.append(math.prod(parts[level_from:]) if kind == 0 else parts[-1])
+    return tuple(out)
+
+
+def _level(template: Template, config: Config, level: int) -> list[int]:
+    return [config[template.axis_knob(a)][level] for a in template.structure.spatial]
+
+
+def _efficiency(work: int, units: int) -> float:
+    """Fraction of `units` kept busy when `work` equal pieces are spread over them."""
+    return work / (math.ceil(work / units) * units) if work else 0.0
+
+
+def draft_features(template: Template, config: Config) -> dict[str, float]:
+    """Named analytic features; `draft_log_gflops` is the draft model's estimate."""
+    features = dict.fromkeys(DRAFT_NAMES, 0.0)
+    s = template.structure
+    inner = tuple(config[template.axis_knob(a)][-1] if k == 0 else 1 for a, k in enumerate(s.kinds))
+    outputs_inner = math.prod(inner)
+    loads = sum(r.footprint(inner) for r in s.reads)
+    features["loads_per_fma"] = loads / outputs_inner
+    features["log_register_tile"] = math.log2(outputs_inner)
+    features["log_unroll"] = math.log2(1 + config["unroll"])
+    if template.target.kind.name == "cuda":
+        features.update(_cuda_draft(template, config))
+    else:
+        features.update(_cpu_draft(template, config, outputs_inner, loads))
+    return features
+
+
+def _cpu_draft(template: Template, config: Config, fmas: int, loads: int) -> dict[str, float]:
+    s = template.structure
+    cores, lanes = int(template.target.attrs.get("num-cores", 1)), template.lanes
+    parallel = math.prod(_level(template, config, 0))
+    vec_axis = s.axis_names.index(config["vector_axis"])
+    width = config[template.axis_knob(vec_axis)][-1]
+    vector_eff = width / (math.ceil(width / lanes) * lanes)
+    vector_fmas = fmas / lanes if width > 1 else fmas
+    cycles = max(vector_fmas / 2, loads / 2, 4.0)  # two FMA and two load ports; FMA latency 4
+    kernel_eff = (vector_fmas / 2) / cycles
+    l1_tile = sum(r.footprint(_tiles(template, config, 2)) for r in s.reads) * s.dtype_bytes
+    l2_tile = sum(r.footprint(_tiles(template, config, 1)) for r in s.reads) * s.dtype_bytes
+    memory_eff = (1.0 if l1_tile <= L1_BYTES else 0.6) * (1.0 if l2_tile <= L2_BYTES else 0.7)
+    peak = cores * lanes * 4 * CPU_GHZ
+    gflops = peak * _efficiency(parallel, cores) * vector_eff * kernel_eff * memory_eff
+    return {"draft_log_gflops": math.log2(1 + gflops), "cores": cores, "vector_lanes": lanes,
+            "log_parallel_extent": math.log2(parallel), "parallel_efficiency": _efficiency(parallel, cores),
+            "vector_width": width, "vector_efficiency": vector_eff, "log_l1_tile_bytes": math.log2(l1_tile),
+            "l1_fit": l1_tile / L1_BYTES, "l2_fit": l2_tile / L2_BYTES, "packed": float(config.get("pack", 0))}
+
+
+def _cuda_draft(template: Template, config: Config) -> dict[str, float]:
+    threads = template.threads(config)
+    vthreads = math.prod(_level(template, config, 1))
+    blocks = math.prod(_level(template, config, 0))
+    shared = template.shared_bytes(config)
+    registers = template.registers(config)
+    per_sm = min(CUDA_THREADS_PER_SM // threads, CUDA_REGISTERS_PER_SM // max(registers * threads, 1),
+                 CUDA_SHARED_PER_SM // max(shared, 1), 32)
+    occupancy = per_sm * threads / CUDA_THREADS_PER_SM
+    waves = _efficiency(blocks, CUDA_SMS * max(per_sm, 1))
+    per_thread = vthreads * math.prod(_level(template, config, 3))
+    intensity = min(1.0, per_thread / 16)
+    peak = CUDA_SMS * CUDA_FMA_PER_SM * 2 * CUDA_GHZ
+    gflops = peak * min(1.0, 2 * occupancy) * waves * intensity
+    return {"draft_log_gflops": math.log2(1 + gflops), "log_threads": math.log2(threads),
+            "log_vthreads": math.log2(vthreads), "log_blocks": math.log2(blocks), "wave_efficiency": waves,
+            "log_shared_bytes": math.log2(1 + shared), "registers_per_thread": registers, "occupancy": occupancy}
+
+
+def draft_score(template: Template, config: Config) -> float:
+    """Higher is faster: the draft model's log-GFLOPS estimate."""
+    return draft_features(template, config)["draft_log_gflops"]

@@ -1,0 +1,87 @@
+"""Program features: Ansor's per-store features of the lowered program, pooled, plus our own.
+
+`PerStoreFeature` (TVM's C++ extractor) reads the scheduled TIR, so one model serves every
+template and operator. It is blind to the target's facts and to tile footprints against the
+caches; the draft model's terms (`cost_model.draft`) add those.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from search import Config, Template
+
+from .draft import DRAFT_NAMES, draft_features
+
+
+def _per_store_names() -> list[str]:
+    """The 164 columns of `PerStoreFeature` (group layout from TVM's per_store_feature.cc)."""
+    ops = ["mad", "addsub", "mul", "divmod", "cmp", "math_func", "other_func"]
+    names = [f"float_{o}" for o in ops] + [f"int_{o}" for o in ops] + ["bool_op", "select_op"]
+    for kind in ("vec", "unroll", "parallel"):
+        names += [f"{kind}_num", f"{kind}_prod", f"{kind}_len"] + [f"{kind}_pos{i}" for i in range(8)]
+    names += ["is_gpu", "blockIdx_x", "blockIdx_y", "blockIdx_z", "threadIdx_x", "threadIdx_y",
+              "threadIdx_z", "vthread"]
+    access = ["read", "write", "readwrite", "bytes", "unique_bytes", "lines", "unique_lines",
+              "reuse_loop", "reuse_serial", "reuse_none", "reuse_dis_iter", "reuse_dis_bytes", "reuse_ct",
+              "bytes_per_reuse", "unique_bytes_per_reuse", "lines_per_reuse", "unique_lines_per_reuse", "stride"]
+    names += [f"buf{b}_{a}" for b in range(5) for a in access]
+    names += [f"arith_intensity_{i}" for i in range(10)]
+    names += ["alloc_size", "alloc_prod", "alloc_outer_prod", "alloc_inner_prod", "outer_prod", "num_loops",
+              "auto_unroll_max_step"]
+    return names
+
+
+PER_STORE_NAMES = tuple(_per_store_names())
+FEATURE_NAMES: tuple[str, ...] = (tuple(f"max_{n}" for n in PER_STORE_NAMES)
+                                  + tuple(f"sum_{n}" for n in PER_STORE_NAMES)
+                                  + ("log_stores",) + DRAFT_NAMES)
+BASE_COLUMNS = slice(0, 2 * len(PER_STORE_NAMES) + 1)  # the PerStoreFeature part, for ablations
+
+
+def _context(target):
+    """A TuneContext for the extractor without TuneContext.__init__'s tensor-intrinsic import,
+    which costs 15-50 s and is not needed to read features."""
+    import os
+
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule import _ffi_api
+    from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
+
+    context = ms.TuneContext.__new__(ms.TuneContext)
+    threads = int(target.attrs.get("num-cores", len(os.sched_getaffinity(0)))) if target.kind.name == "llvm" else 1
+    context.__init_handle_by_constructor__(_ffi_api.TuneContext, None, target, None, None, "features",
+                                           threads, 1, get_logging_func(get_logger(__name__)))
+    return context
+
+
+class FeatureExtractor:
+    """Features of configs of one template; deterministic, `len(FEATURE_NAMES)` columns always."""
+
+    def __init__(self, template: Template):
+        from tvm.s_tir import meta_schedule as ms
+
+        self.template = template
+        self._extractor = ms.feature_extractor.PerStoreFeature()
+        self._context = _context(template.target)
+        self._args = ms.arg_info.ArgInfo.from_prim_func(template.prim_func)
+
+    def per_store(self, configs: Sequence[Config]) -> list[np.ndarray]:
+        """The raw (stores x 164) matrix of each config."""
+        from tvm.s_tir import meta_schedule as ms
+
+        candidates = [ms.MeasureCandidate(self.template.apply(c), self._args) for c in configs]
+        return [f.numpy() for f in self._extractor.extract_from(self._context, candidates)]
+
+    def __call__(self, configs: Sequence[Config]) -> np.ndarray:
+        if not configs:
+            return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
+        rows = []
+        for config, stores in zip(configs, self.per_store(configs)):
+            stores = stores if len(stores) else np.zeros((1, len(PER_STORE_NAMES)))
+            draft = draft_features(self.template, config)
+            rows.append(np.concatenate([stores.max(axis=0), stores.sum(axis=0), [np.log2(len(stores))],
+                                        [draft[n] for n in DRAFT_NAMES]]))
+        return np.asarray(rows, dtype=np.float32)

@@ -1,0 +1,88 @@
+"""`LightGBMRanker`: LambdaRank over program features, retrained after every measured batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .base import DataBuffer, check_data, relevance
+
+
+class LightGBMRanker:
+    """Ranks candidates within a workload; `init_model` (a path or a fitted ranker) is transfer:
+    training continues from its trees instead of starting from nothing."""
+
+    def __init__(self, *, num_boost_round: int = 80, learning_rate: float = 0.1, num_leaves: int = 31,
+                 min_data_in_leaf: int = 5, seed: int = 0, init_model=None):
+        self.num_boost_round = num_boost_round
+        self.learning_rate = learning_rate
+        self.num_leaves = num_leaves
+        self.min_data_in_leaf = min_data_in_leaf
+        self.seed = seed
+        self.init_model = init_model
+        self.booster_ = None
+        self.base_booster_ = self._load_base(init_model)
+        self._data = DataBuffer()
+
+    @staticmethod
+    def _load_base(init_model):
+        import lightgbm
+
+        if init_model is None:
+            return None
+        if isinstance(init_model, LightGBMRanker):
+            return init_model.booster_
+        path = Path(init_model)
+        try:
+            return lightgbm.Booster(model_str=path.read_text())
+        except (OSError, UnicodeDecodeError, lightgbm.basic.LightGBMError) as err:
+            raise ValueError(f"{path} is not a LightGBM model file: {str(err).splitlines()[0]}") from None
+
+    @property
+    def params(self) -> dict:
+        return {"objective": "lambdarank", "learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
+                "min_data_in_leaf": self.min_data_in_leaf, "seed": self.seed, "deterministic": True,
+                "num_threads": 2, "verbose": -1, "lambdarank_truncation_level": 32,
+                "label_gain": list(range(32)), "feature_pre_filter": False}
+
+    def fit(self, features, throughputs, groups) -> "LightGBMRanker":
+        """Train on this data only (plus the transferred trees)."""
+        self._data = DataBuffer()
+        return self.update(features, throughputs, groups)
+
+    def update(self, features, throughputs, groups) -> "LightGBMRanker":
+        """Add data and retrain on everything seen so far."""
+        import lightgbm
+
+        self._data.add(*check_data(features, throughputs, groups))
+        merged = self._data.merged()
+        if merged is None:
+            return self
+        x, y, g = merged
+        dataset = lightgbm.Dataset(x, relevance(y, g), group=g, free_raw_data=True)
+        self.booster_ = lightgbm.train(self.params, dataset, num_boost_round=self.num_boost_round,
+                                       init_model=self.base_booster_, keep_training_booster=False)
+        return self
+
+    def predict(self, features) -> np.ndarray:
+        booster = self.booster_ or self.base_booster_
+        features = np.asarray(features, dtype=np.float32)
+        if booster is None:
+            return np.zeros(len(features))
+        return booster.predict(features)
+
+    def feature_importance(self) -> np.ndarray:
+        booster = self.booster_ or self.base_booster_
+        return booster.feature_importance("gain") if booster else np.zeros(0)
+
+    def save(self, path) -> None:
+        booster = self.booster_ or self.base_booster_
+        if booster is None:
+            raise ValueError("nothing to save: the ranker has not been fitted")
+        Path(path).write_text(booster.model_to_string())
+
+    @classmethod
+    def load(cls, path, **params) -> "LightGBMRanker":
+        """A ranker that predicts with the saved trees and keeps learning on top of them."""
+        return cls(init_model=path, **params)

@@ -1,0 +1,47 @@
+"""Ranking metrics of a cost model on measured records (TenSet's top-k among them)."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from .dataset import Dataset, records_to_dataset
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values))
+    return ranks
+
+
+def group_metrics(scores: np.ndarray, throughputs: np.ndarray) -> dict[str, float]:
+    """Pairwise accuracy, Spearman correlation, and top-k: best throughput among the model's top k
+    over the best throughput of all (1.0 means the model's top k holds the best)."""
+    ok = throughputs > 0
+    diff_t = np.sign(throughputs[:, None] - throughputs[None, :])
+    diff_s = np.sign(scores[:, None] - scores[None, :])
+    pairs = diff_t != 0
+    pairwise = float((diff_t[pairs] == diff_s[pairs]).mean()) if pairs.any() else float("nan")
+    spearman = float(np.corrcoef(_ranks(scores), _ranks(throughputs))[0, 1]) if len(scores) > 2 else float("nan")
+    order = np.argsort(-scores, kind="stable")
+    best = throughputs.max() if ok.any() else 1.0
+    return {"pairwise_accuracy": pairwise, "spearman": spearman,
+            "top1": float(throughputs[order[:1]].max() / best), "top5": float(throughputs[order[:5]].max() / best)}
+
+
+def dataset_metrics(model, dataset: Dataset) -> dict:
+    """Metrics per workload and their mean (every workload weighs the same)."""
+    scores = model.predict(dataset.features)
+    bounds = np.concatenate([[0], np.cumsum(dataset.groups)])
+    per_workload = {w: group_metrics(scores[lo:hi], dataset.throughputs[lo:hi])
+                    for w, lo, hi in zip(dataset.workloads, bounds[:-1], bounds[1:])}
+    overall = {k: float(np.nanmean([m[k] for m in per_workload.values()])) for k in
+               ("pairwise_accuracy", "spearman", "top1", "top5")}
+    return {**overall, "per_workload": per_workload}
+
+
+def ranking_metrics(model, records: Iterable[Mapping]) -> dict:
+    """`records`: a RecordStore or any iterable of record dicts."""
+    return dataset_metrics(model, records_to_dataset(records))
