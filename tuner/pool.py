@@ -105,8 +105,10 @@ class WorkerPool:
         while len(self._workers) < self.size:
             self._workers.append(_Worker(self.env))
 
-    def map(self, function: Callable[[Any], Any], payloads: Sequence[Any], timeout_s: float) -> list[TaskOutcome]:
-        """Run `function(payload)` for every payload; the outcomes come back in order."""
+    def map(self, function: Callable[[Any], Any], payloads: Sequence[Any], timeout_s: float,
+            on_done: Callable[[int, TaskOutcome], None] | None = None) -> list[TaskOutcome]:
+        """Run `function(payload)` for every payload; outcomes come back in order, and each one
+        also to `on_done(index, outcome)` as soon as it is known."""
         self._ensure_workers()
         outcomes: list[TaskOutcome | None] = [None] * len(payloads)
         pending = list(range(len(payloads)))[::-1]
@@ -140,6 +142,8 @@ class WorkerPool:
                 else:
                     continue
                 outcomes[worker.task_index] = outcome
+                if on_done is not None:
+                    on_done(worker.task_index, outcome)
                 busy.remove(worker)
                 if outcome.failure in ("crash", "timeout"):
                     worker.kill()
@@ -151,8 +155,12 @@ class WorkerPool:
         return outcomes  # type: ignore[return-value]
 
     def close(self) -> None:
+        """Stop every worker; one still busy (after Ctrl-C, say) is killed: workers hold no state."""
         for worker in self._workers:
-            worker.stop()
+            if worker.task_index is None:
+                worker.stop()
+            else:
+                worker.kill()
         self._workers = []
 
     def __enter__(self) -> "WorkerPool":

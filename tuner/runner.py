@@ -43,10 +43,12 @@ class Runner:
         threads = threads or len(os.sched_getaffinity(0))
         self._pool = WorkerPool(workers, env={"TVM_NUM_THREADS": str(threads)})
 
-    def run(self, workload_key: str, target_json: str, libraries: list[str], build_s: list[float]) -> list[MeasureResult]:
+    def run(self, workload_key: str, target_json: str, libraries: list[str], build_s: list[float],
+            on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
         payloads = [tasks.RunTask(workload_key, target_json, lib, self.device, self.number, self.repeat,
                                   self.min_repeat_ms, self.flush_cache) for lib in libraries]
-        outcomes = self._pool.map(self.run_fn, payloads, self.timeout_s)
+        done = None if on_result is None else lambda i, o: on_result(i, outcome_to_result(o, build_s[i]))
+        outcomes = self._pool.map(self.run_fn, payloads, self.timeout_s, on_done=done)
         return [outcome_to_result(o, b) for o, b in zip(outcomes, build_s)]
 
     def close(self) -> None:

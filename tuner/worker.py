@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import struct
 import sys
 import traceback
@@ -34,6 +35,7 @@ def write_message(stream, message) -> None:
 
 
 def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the pool's to handle, not each worker's
     channel_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     channel_in = os.fdopen(os.dup(0), "rb")

@@ -1,0 +1,18 @@
+"""Choosing the cost model a run starts from."""
+
+from __future__ import annotations
+
+from cost_model import LightGBMRanker, TorchRanker, has_pretrained, load_pretrained
+
+MODELS = ("lightgbm", "torch")
+
+
+def make_model(name: str, target_kind: str, pretrained: bool, seed: int):
+    """A fresh ranker; LightGBM starts from the shipped model for the target when asked and shipped."""
+    if name == "lightgbm":
+        if pretrained and has_pretrained(target_kind):
+            return load_pretrained(target_kind, seed=seed)
+        return LightGBMRanker(seed=seed)
+    if name == "torch":
+        return TorchRanker(seed=seed)
+    raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")

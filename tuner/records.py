@@ -1,0 +1,382 @@
+"""The record store: one JSON line per measured candidate, safe to share between processes.
+
+JSON lines rather than pickle or a database: a crash can only cut the last line (which loading skips
+with a warning), the file can be read by any tool, and appending under a file lock lets several tuners
+share one file. Records are plain dicts so that keys added by callers (round, predicted, ...) survive.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import stat
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Union
+
+import filelock
+
+from .measure_result import ErrorKind, MeasureResult
+from .version import TOOL_VERSION
+
+SCHEMA_VERSION = 1
+
+Record = dict[str, Any]
+KnobValue = Union[int, str, bool, list[int]]
+
+REQUIRED_KEYS: tuple[str, ...] = (
+    "schema", "workload", "target", "config", "costs", "error", "message", "timestamp", "version",
+)
+_REQUIRED = frozenset(REQUIRED_KEYS)
+_ERRORS = frozenset(kind.value for kind in ErrorKind)
+# Every line starts like this (schema is written first), so a cut first line can be told from a foreign file.
+_LINE_START = b'{"schema":'
+_GUARD_BYTES = 64  # bytes before the parsed offset kept to notice a file rewritten under us
+_WARN_LIMIT = 20  # bad lines warned about one by one per load; the rest are summed up in one warning
+
+
+class RecordError(ValueError):
+    """The file is not a record file of this schema (or holds records for another target)."""
+
+
+class RecordWarning(UserWarning):
+    """A line of a record file was skipped; a category of its own so that callers can filter it."""
+
+
+# --------------------------------------------------------------------------------------------- records
+
+
+def _as_int(value: object) -> int:
+    if isinstance(value, bool):
+        raise TypeError
+    return operator.index(value)  # type: ignore[arg-type]  # numpy integers pass, floats do not
+
+
+def normalize_config(config: Mapping[str, Any]) -> dict[str, KnobValue]:
+    """Plain JSON types for a config (tuples to lists, numpy ints to int) so it round-trips unchanged."""
+    out: dict[str, KnobValue] = {}
+    for knob, value in config.items():
+        if not isinstance(knob, str):
+            raise ValueError(f"config knob name {knob!r} is not a string")
+        try:
+            if isinstance(value, (bool, str)):
+                out[knob] = value
+            elif isinstance(value, (list, tuple)):
+                out[knob] = [_as_int(v) for v in value]
+            else:
+                out[knob] = _as_int(value)
+        except TypeError:
+            raise ValueError(f"config knob {knob!r}: {value!r} is not an int, str, bool or list of ints") from None
+    return out
+
+
+def config_id(config: Mapping[str, Any]) -> str:
+    """Canonical text of a config: equal configs give equal ids whatever their key order."""
+    return json.dumps(dict(config), sort_keys=True, separators=(",", ":"))
+
+
+def make_record(workload_key: str, target_key: str, config: Mapping[str, Any], result: MeasureResult,
+                **extra: Any) -> Record:
+    """A record of one measurement; `extra` keys (round, predicted, ...) are stored alongside."""
+    clash = _REQUIRED & extra.keys()
+    if clash:
+        raise ValueError(f"extra keys {sorted(clash)} would overwrite required record keys")
+    record: Record = {
+        "schema": SCHEMA_VERSION,
+        "workload": workload_key,
+        "target": target_key,
+        "config": normalize_config(config),
+        "costs": [float(c) for c in result.costs],
+        "error": ErrorKind(result.error).value,
+        "message": result.message,
+        "timestamp": time.time(),
+        "version": TOOL_VERSION,
+        **extra,
+    }
+    validate_record(record)
+    return record
+
+
+def is_ok(record: Mapping[str, Any]) -> bool:
+    """A successful measurement: no error and at least one cost."""
+    return record["error"] == ErrorKind.NONE.value and bool(record["costs"])
+
+
+def median_cost(record: Mapping[str, Any]) -> float:
+    """Median cost in seconds, the same statistic as `MeasureResult.latency`; infinity when failed."""
+    if not is_ok(record):
+        return float("inf")
+    ordered = sorted(record["costs"])
+    return ordered[len(ordered) // 2]
+
+
+def _shape_problem(obj: Any) -> str | None:
+    """Why a parsed line is not a record, checking only what loading relies on (kept cheap: 100k lines)."""
+    if type(obj) is not dict:
+        return "line is not a JSON object"
+    if not _REQUIRED <= obj.keys():
+        return f"record lacks key(s) {', '.join(k for k in REQUIRED_KEYS if k not in obj)}"
+    if type(obj["workload"]) is not str or type(obj["target"]) is not str:
+        return "record workload/target is not a string"
+    if type(obj["config"]) is not dict or type(obj["costs"]) is not list:
+        return "record config is not an object or costs not a list"
+    if obj["error"] not in _ERRORS:
+        return f"record has unknown error kind {obj['error']!r}"
+    return None
+
+
+def _schema_ok(obj: Any) -> bool:
+    schema = obj.get("schema", SCHEMA_VERSION) if type(obj) is dict else SCHEMA_VERSION
+    return type(schema) is int and schema == SCHEMA_VERSION
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def validate_record(record: Mapping[str, Any]) -> None:
+    """Raise ValueError for a record that must not be written (the checks loading skips, too)."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"a record is a mapping, not {type(record).__name__}")
+    record = dict(record)
+    problem = _shape_problem(record)
+    if problem is None and not _schema_ok(record):
+        problem = f"record schema {record['schema']!r}, expected {SCHEMA_VERSION}"
+    if problem is None:
+        if not record["workload"] or not record["target"]:
+            problem = "record workload/target is empty"
+        elif not all(_is_number(c) for c in record["costs"]):
+            problem = "record costs are not all numbers"
+        elif not isinstance(record["message"], str) or not isinstance(record["version"], str):
+            problem = "record message/version is not a string"
+        elif not _is_number(record["timestamp"]):
+            problem = "record timestamp is not a number"
+        else:
+            normalize_config(record["config"])  # raises for a bad knob value
+    if problem is not None:
+        raise ValueError(f"malformed record: {problem}")
+
+
+def _serialize(record: Mapping[str, Any]) -> bytes:
+    """One ASCII line, schema first (see _LINE_START); NaN/inf refused as they are not JSON."""
+    validate_record(record)
+    try:
+        text = json.dumps({"schema": record["schema"], **record}, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"malformed record: not JSON-serializable ({err})") from None
+    return text.encode("ascii") + b"\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """One os.write in practice; the loop only matters for a short write (disk full, signal)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _looks_cut(line: bytes) -> bool:
+    """Whether a line could be the start of one of our lines cut short by a crash."""
+    line = line.strip()
+    return line[: len(_LINE_START)] == _LINE_START[: len(line)]
+
+
+# ----------------------------------------------------------------------------------------------- store
+
+
+class RecordStore:
+    """A JSON-lines record file; reads are cached and incremental, appends are locked and fsynced.
+
+    The file is treated as append-only: when it grows, only the new bytes are parsed. Returned record
+    dicts are shared with the cache, so callers must not mutate them.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, lock_timeout: float = 60.0) -> None:
+        self.path = Path(path)
+        self._lock = filelock.FileLock(f"{self.path}.lock", timeout=lock_timeout)
+        self._mutex = threading.RLock()
+        self._reset()
+
+    def __repr__(self) -> str:
+        return f"RecordStore({str(self.path)!r})"
+
+    def _reset(self) -> None:
+        self._key: tuple[int, int, int, int] | None = None  # (dev, ino, mtime_ns, size) the cache reflects
+        self._records: list[Record] = []  # from complete (newline-terminated) lines
+        self._all: list[Record] = self._records  # plus a record on an unterminated last line
+        self._offset = 0  # bytes parsed: up to the end of the last complete line
+        self._lineno = 0  # complete lines parsed
+        self._bad = 0  # of which skipped
+        self._guard = b""  # the bytes just before _offset
+        self._warned_tail: int | None = None  # line number of a cut last line already warned about
+
+    # ---------------------------------------------------------------------------------------- loading
+
+    def _stat(self) -> os.stat_result | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            raise RecordError(f"{self.path}: is a directory, not a record file")
+        if not stat.S_ISREG(st.st_mode):
+            raise RecordError(f"{self.path}: is not a regular file, not a record file")
+        return st
+
+    def _load(self) -> list[Record]:
+        """The records of the file, reading only what changed since the last call."""
+        with self._mutex:
+            st = self._stat()
+            if st is None:
+                self._reset()
+                return self._all
+            if (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size) == self._key:
+                return self._all
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not self._continues(f, st):
+                    self._reset()
+                f.seek(self._offset)
+                data = f.read(max(st.st_size - self._offset, 0))
+            self._consume(data, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
+            return self._all
+
+    def _continues(self, f: Any, st: os.stat_result) -> bool:
+        """Whether the file is the one cached, grown at most: then parsing can resume at _offset."""
+        if self._key is None or (st.st_dev, st.st_ino) != self._key[:2] or st.st_size < self._offset:
+            return False
+        f.seek(self._offset - len(self._guard))
+        return f.read(len(self._guard)) == self._guard
+
+    def _consume(self, data: bytes, key: tuple[int, int, int, int]) -> None:
+        """Parse new bytes; state is only updated once nothing can raise, so an error leaves no half-load."""
+        lines = data.split(b"\n")
+        tail = lines.pop()  # after the last newline: b"" unless the last line is cut (or being written)
+        fresh: list[Record] = []
+        bad: list[tuple[int, str]] = []
+        for lineno, line in enumerate(lines, self._lineno + 1):
+            self._parse_line(line, lineno, fresh, bad)
+        tail_lineno = self._lineno + len(lines) + 1
+        tail_records: list[Record] = []
+        tail_bad: list[tuple[int, str]] = []
+        if tail.strip():
+            self._parse_line(tail, tail_lineno, tail_records, tail_bad)
+
+        if not self._records and not fresh and not tail_records and (bad or tail_bad):
+            cut_first_line = not bad and _looks_cut(tail)
+            if not cut_first_line:
+                lineno, problem = (bad + tail_bad)[0]
+                raise RecordError(f"{self.path}: not a record file (no line is a record; line {lineno}: {problem})")
+
+        to_warn = [(n, p) for n, p in bad if n != self._warned_tail]
+        if tail_bad and tail_lineno != self._warned_tail:
+            to_warn.append((tail_lineno, "truncated last line (cut by a crash, or being written)"))
+        self._warn(to_warn)
+
+        consumed = len(data) - len(tail)
+        self._guard = (self._guard + data[:consumed])[-_GUARD_BYTES:]
+        self._offset += consumed
+        self._lineno += len(lines)
+        self._bad += len(bad)
+        self._records.extend(fresh)
+        self._all = self._records + tail_records if tail_records else self._records
+        self._warned_tail = tail_lineno if tail_bad else self._warned_tail
+        self._key = key
+
+    def _parse_line(self, line: bytes, lineno: int, good: list[Record], bad: list[tuple[int, str]]) -> None:
+        if not line or line.isspace():
+            return
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):  # bad JSON, bad UTF-8, absurd nesting
+            bad.append((lineno, "unparseable line (truncated or garbage)"))
+            return
+        if not _schema_ok(obj):
+            raise RecordError(f"{self.path}: record file of schema {obj['schema']!r}, expected {SCHEMA_VERSION}"
+                              f" (line {lineno})")
+        problem = _shape_problem(obj)
+        if problem is None:
+            good.append(obj)
+        else:
+            bad.append((lineno, problem))
+
+    def _warn(self, bad: list[tuple[int, str]]) -> None:
+        for lineno, problem in bad[:_WARN_LIMIT]:
+            warnings.warn(f"{self.path}:{lineno}: skipped {problem}", RecordWarning, stacklevel=5)
+        if len(bad) > _WARN_LIMIT:
+            rest = bad[_WARN_LIMIT:]
+            warnings.warn(f"{self.path}:{rest[0][0]}: skipped {len(rest)} more bad lines"
+                          f" (up to line {rest[-1][0]})", RecordWarning, stacklevel=5)
+
+    # ---------------------------------------------------------------------------------------- writing
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Append one record durably (fsynced before returning)."""
+        self.extend([record])
+
+    def extend(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Append records with one locked O_APPEND write, so concurrent writers never interleave lines."""
+        lines = [_serialize(r) for r in records]  # all validated before anything is written
+        if not lines:
+            return 0
+        payload = b"".join(lines)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._load()  # refuses a foreign file (CSV, other schema) before we write into it
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    payload = b"\n" + payload  # end a line cut by a crash so ours is not glued to it
+                _write_all(fd, payload)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return len(lines)
+
+    # ---------------------------------------------------------------------------------------- queries
+
+    def records(self) -> list[Record]:
+        """All valid records in file order (a new list; the dicts are shared, do not mutate them)."""
+        return list(self._load())
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def select(self, workload: str | None = None, target: str | None = None, ok_only: bool = False) -> list[Record]:
+        """Records matching the given workload and/or target, optionally only the successful ones."""
+        return [r for r in self._load()
+                if (workload is None or r["workload"] == workload)
+                and (target is None or r["target"] == target)
+                and (not ok_only or is_ok(r))]
+
+    def best(self, workload: str, target: str) -> Record | None:
+        """The successful record with the lowest median cost (the earliest one on a tie)."""
+        return min(self.select(workload, target, ok_only=True), key=median_cost, default=None)
+
+    def measured(self, workload: str, target: str) -> set[str]:
+        """config_ids already measured, failures included, so a resumed run never repeats one."""
+        return {config_id(r["config"]) for r in self.select(workload, target)}
+
+    def workloads(self) -> set[str]:
+        return {r["workload"] for r in self._load()}
+
+    def targets(self) -> set[str]:
+        return {r["target"] for r in self._load()}
+
+    def check_compatible(self, workload: str, target: str) -> set[str]:
+        """Refuse to mix targets in one file; return the other workloads sharing it (suites may share).
+
+        Costs measured on another target are not comparable, and resuming from them would skip configs.
+        """
+        targets = self.targets()
+        if targets and target not in targets:
+            raise RecordError(f"{self.path} holds records for target(s) {', '.join(sorted(targets))}, not {target};"
+                              " use another records file")
+        return self.workloads() - {workload}

@@ -1,0 +1,85 @@
+"""`TuneResult` and `Kernel`: what a tuning run hands back, and the compiled best program."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from search import Config, template_for
+from workloads import Workload
+
+
+class Kernel:
+    """A compiled program: `kernel(*inputs)` returns the output (numpy in, numpy out; torch in,
+    torch out, shared through DLPack without copies)."""
+
+    def __init__(self, workload: Workload, target, config: Config):
+        import tvm
+
+        self.workload, self.config = workload, config
+        self.template = template_for(workload, target)
+        self.target = self.template.target
+        self.executable = tvm.compile(self.template.apply(config).mod, target=self.target)
+
+    def _device(self):
+        import tvm
+
+        return tvm.cuda(0) if self.target.kind.name == "cuda" else tvm.cpu(0)
+
+    def __call__(self, *inputs):
+        import tvm
+
+        expected = self.workload.input_shapes
+        if len(inputs) != len(expected):
+            raise ValueError(f"{self.workload.key} takes {len(expected)} inputs, got {len(inputs)}")
+        for i, (x, shape) in enumerate(zip(inputs, expected)):
+            if tuple(x.shape) != tuple(shape):
+                raise ValueError(f"input {i} has shape {tuple(x.shape)}, expected {tuple(shape)}")
+        is_torch = type(inputs[0]).__module__.startswith("torch")
+        device = self._device()
+        if is_torch:
+            import torch
+
+            args = [tvm.runtime.from_dlpack(x.contiguous()) for x in inputs]
+            out = torch.empty(self.workload.output_shapes[0], dtype=getattr(torch, self.workload.dtype),
+                              device=inputs[0].device)
+            self.executable(*args, tvm.runtime.from_dlpack(out))
+            return out
+        args = [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=self.workload.dtype), device) for x in inputs]
+        out = tvm.runtime.empty(self.workload.output_shapes[0], self.workload.dtype, device)
+        self.executable(*args, out)
+        return out.numpy()
+
+    def export(self, path: str) -> str:
+        """A shared library loadable with `tvm.runtime.load_module` (function `main`)."""
+        self.executable.export_library(str(path))
+        return str(path)
+
+
+@dataclass
+class TuneResult:
+    workload: Workload
+    target: Any  # tvm.target.Target
+    best_config: Config | None
+    best_latency: float  # seconds; inf when nothing succeeded
+    trace: Any  # pandas.DataFrame, one row per trial
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.best_config is not None
+
+    @property
+    def gflops(self) -> float:
+        return self.workload.flops / self.best_latency / 1e9 if self.ok else 0.0
+
+    def compile(self) -> Kernel:
+        if not self.ok:
+            raise RuntimeError(f"no successful measurement of {self.workload.key}: nothing to compile")
+        return Kernel(self.workload, self.target, self.best_config)
+
+    def __repr__(self) -> str:
+        return (f"TuneResult({self.workload.key}, best {self.best_latency * 1e3:.4g} ms, {self.gflops:.1f} GFLOPS, "
+                f"{len(self.trace)} trials)")
