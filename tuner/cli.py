@@ -1,0 +1,202 @@
+"""`autotune`: tune an operator or a suite from the shell, and read record files.
+
+Every user mistake ends in one line on stderr and exit code 2; a run that measured nothing
+successfully exits 1; success exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+
+SHAPE_PARAMS = {
+    "matmul": ("M", "N", "K"),
+    "batch_matmul": ("B", "M", "N", "K"),
+    "conv2d": ("N", "C", "H", "W", "K", "R", "S"),
+    "depthwise_conv2d": ("N", "C", "H", "W", "R", "S"),
+}
+OPTION_PARAMS = {
+    "matmul": ("transpose_b", "epilogue", "dtype"),
+    "batch_matmul": ("transpose_b", "dtype"),
+    "conv2d": ("stride", "padding", "dilation", "layout", "epilogue", "dtype"),
+    "depthwise_conv2d": ("stride", "padding", "dilation", "epilogue", "dtype"),
+}
+
+
+class UsageError(Exception):
+    """A mistake in what the user typed: reported in one line, exit code 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="autotune", description="Learning-based tuner for matmul and conv kernels.")
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def run_options(p):
+        p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, or a TVM target as JSON")
+        p.add_argument("--trials", type=int, default=64, help="measurements in all (default 64)")
+        p.add_argument("--records", help="JSON-lines file to append to and resume from")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--strategy", default="evolutionary", choices=["evolutionary", "annealing", "random"])
+        p.add_argument("--model", default="lightgbm", choices=["lightgbm", "torch"])
+        p.add_argument("--no-pretrained", action="store_true", help="start from an untrained model")
+        p.add_argument("--batch-size", type=int, default=16)
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    tune = commands.add_parser("tune", help="tune one operator")
+    tune.add_argument("op", choices=sorted(SHAPE_PARAMS))
+    tune.add_argument("--shape", required=True, help="comma-separated sizes, e.g. 512,512,512 for matmul M,N,K")
+    tune.add_argument("--stride", type=int)
+    tune.add_argument("--padding", type=int)
+    tune.add_argument("--dilation", type=int)
+    tune.add_argument("--layout", help="NCHW or NHWC (conv2d)")
+    tune.add_argument("--epilogue", help="bias, relu or bias_relu")
+    tune.add_argument("--dtype", help="float32 or float16")
+    tune.add_argument("--transpose-b", action="store_true")
+    tune.add_argument("--time-budget", type=float, help="seconds")
+    tune.add_argument("--early-stopping", type=int, help="stop after this many trials without improvement")
+    run_options(tune)
+
+    suite = commands.add_parser("suite", help="tune every layer of a model suite")
+    suite.add_argument("name", help="resnet50, bert_base, llm_7b or mobilenet_v2")
+    run_options(suite)
+    suite.set_defaults(trials=2000)
+
+    best = commands.add_parser("best", help="the best of each workload in a records file")
+    best.add_argument("records")
+    best.add_argument("--json", action="store_true")
+
+    commands.add_parser("operators", help="list the operators and their shape parameters")
+    return parser
+
+
+def _workload(args):
+    from workloads import make
+
+    names = SHAPE_PARAMS[args.op]
+    try:
+        sizes = [int(s) for s in args.shape.split(",")]
+    except ValueError:
+        raise UsageError(f"--shape must be comma-separated integers, got {args.shape!r}") from None
+    if len(sizes) != len(names):
+        raise UsageError(f"{args.op} takes {len(names)} sizes ({','.join(names)}), got {len(sizes)}: {args.shape}")
+    params = dict(zip(names, sizes))
+    for name in OPTION_PARAMS[args.op]:
+        value = getattr(args, name)
+        if value not in (None, False):
+            params[name] = value
+    given = [n for n in ("stride", "padding", "dilation", "layout", "epilogue", "transpose_b")
+             if getattr(args, n) not in (None, False) and n not in OPTION_PARAMS[args.op]]
+    if given:
+        raise UsageError(f"{args.op} does not take --{given[0].replace('_', '-')}")
+    return make(args.op, **params)
+
+
+def _target(text: str):
+    if text.strip().startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"--target is not valid JSON: {err}") from None
+    if text not in ("llvm", "cuda"):
+        raise UsageError(f"--target must be llvm, cuda or a JSON target dict, got {text!r}")
+    return text
+
+
+def _summary(result) -> dict:
+    return {"workload": result.workload.key, "target": str(result.target.kind.name),
+            "best_latency_s": result.best_latency if result.ok else None, "gflops": result.gflops,
+            "trials": len(result.trace), "errors": result.errors,
+            "best_config": result.best_config.to_json() if result.ok else None}
+
+
+def _report(results: list, as_json: bool, extra: dict | None = None) -> int:
+    summaries = [_summary(r) for r in results]
+    if as_json:
+        print(json.dumps({**(extra or {}), "results": summaries}, indent=1))
+    else:
+        for s in summaries:
+            latency = f"{s['best_latency_s'] * 1e3:.4g} ms" if s["best_latency_s"] else "none"
+            print(f"{s['workload']}: best {latency}, {s['gflops']:.1f} GFLOPS, {s['trials']} trials, "
+                  f"errors {s['errors'] or 'none'}")
+        for key, value in (extra or {}).items():
+            print(f"{key}: {value}")
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        kinds = ", ".join(f"{k} x{n}" for k, n in r.errors.items()) or "no trials ran"
+        print(f"autotune: every candidate of {r.workload.key} failed ({kinds})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _best(args) -> int:
+    from workloads import from_key
+
+    from .records import RecordStore, is_ok, median_cost
+
+    store = RecordStore(args.records)
+    rows = []
+    for workload in sorted(store.workloads()):
+        for target in sorted(store.targets()):
+            records = store.select(workload, target)
+            if not records:
+                continue
+            best = store.best(workload, target)
+            latency = median_cost(best) if best else None
+            rows.append({"workload": workload, "target": target, "best_latency_s": latency,
+                         "gflops": from_key(workload).flops / latency / 1e9 if latency else 0.0,
+                         "trials": len(records), "errors": sum(not is_ok(r) for r in records)})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        import pandas as pd
+
+        print(pd.DataFrame(rows).to_string(index=False) if rows else f"{args.records}: no records")
+    return 0
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    import tuner
+    import workloads
+
+    if args.command == "operators":
+        for op, names in SHAPE_PARAMS.items():
+            print(f"{op}: --shape {','.join(names)}  options: {', '.join(OPTION_PARAMS[op])}")
+        return 0
+    if args.command == "best":
+        return _best(args)
+    options = dict(target=_target(args.target), trials=args.trials, records=args.records, seed=args.seed,
+                   strategy=args.strategy, model=args.model, pretrained=not args.no_pretrained,
+                   progress=not args.quiet and not args.json, batch_size=args.batch_size)
+    if args.command == "tune":
+        result = tuner.tune(_workload(args), time_budget_s=args.time_budget, early_stopping=args.early_stopping,
+                            **options)
+        return _report([result], args.json)
+    suite = workloads.load_suite(args.name)
+    outcome = tuner.tune_suite(suite, **options)
+    return _report(list(outcome.results.values()), args.json,
+                   {"weighted_latency_s": outcome.weighted_latency})
+
+
+def main(argv: list[str] | None = None) -> None:
+    from .records import RecordError
+
+    warnings.simplefilter("default")
+    try:
+        code = run(argv)
+    except (UsageError, ValueError, RecordError, FileNotFoundError, IsADirectoryError) as err:
+        print(f"autotune: error: {err}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        print("autotune: interrupted; finished measurements are saved", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
