@@ -23,6 +23,8 @@ from .measure_result import shorten
 from .worker import read_message, write_message
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+STARTUP_TIMEOUT_S = 300.0
+PRELOAD = "tvm,search,workloads,tuner.tasks"  # what every task needs, imported before the clock starts
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,25 @@ class _Worker:
     def __init__(self, env: dict[str, str]):
         self.log = tempfile.NamedTemporaryFile(prefix="autotune-worker-", suffix=".log", delete=False)
         child_env = dict(os.environ, **env)
-        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, child_env.get("PYTHONPATH")]))
+        # The worker imports what the parent imports: this package first, then the parent's path.
+        child_env.setdefault("AUTOTUNE_WORKER_PRELOAD", PRELOAD)
+        child_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [PACKAGE_ROOT, *sys.path])))
         self.process = subprocess.Popen([sys.executable, "-m", "tuner.worker"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.log, env=child_env)
         self.task_index: int | None = None
         self.started = 0.0
         self.log_offset = 0
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        """Block until the worker has imported its modules; a worker that cannot start is an error."""
+        if self.ready:
+            return
+        readable, _, _ = select.select([self.process.stdout], [], [], STARTUP_TIMEOUT_S)
+        status, _ = self.receive() if readable else ("timeout", None)
+        if status != "ready":
+            raise RuntimeError(f"a worker process failed to start ({status}): {self.log_tail()[-2000:]}")
+        self.ready = True
 
     def give(self, index: int, function: Callable, payload: Any) -> None:
         self.log_offset = os.path.getsize(self.log.name)
@@ -118,6 +133,7 @@ class WorkerPool:
             while pending and idle:
                 worker = idle.pop()
                 index = pending.pop()
+                worker.wait_ready()
                 worker.give(index, function, payloads[index])
                 busy.append(worker)
             deadline = min(w.started + timeout_s for w in busy)
@@ -132,8 +148,10 @@ class WorkerPool:
                         outcome = TaskOutcome(value=value, seconds=elapsed)
                     elif status == "error":
                         outcome = TaskOutcome(failure="error", message=shorten(value), seconds=elapsed)
-                    else:
-                        code = worker.process.wait(timeout=5)
+                    else:  # the pipe broke or carried garbage: the worker is gone or unusable
+                        if worker.process.poll() is None:
+                            worker.process.kill()
+                        code = worker.process.wait(timeout=30)
                         outcome = TaskOutcome(failure="crash", seconds=elapsed, message=shorten(
                             f"worker died (exit code {code})\n{worker.log_tail()}"))
                 elif elapsed >= timeout_s:

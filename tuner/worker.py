@@ -7,6 +7,8 @@ anything a task prints lands in the log with its stderr, where the pool reads a 
 
 from __future__ import annotations
 
+import faulthandler
+import importlib
 import os
 import pickle
 import signal
@@ -36,9 +38,13 @@ def write_message(stream, message) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the pool's to handle, not each worker's
+    faulthandler.enable()  # a segfault's Python stack goes to the log the pool reads
     channel_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     channel_in = os.fdopen(os.dup(0), "rb")
+    for module in filter(None, os.environ.get("AUTOTUNE_WORKER_PRELOAD", "").split(",")):
+        importlib.import_module(module)  # before "ready": start-up is not charged to the first task
+    write_message(channel_out, ("ready", None))
     while True:
         try:
             task = read_message(channel_in)
