@@ -57,7 +57,8 @@ class SimulatedAnnealing:
                 scored[config] = value
             new_scores = np.array([scored[m] for m in moves])
             spread = np.nanstd(current_scores[np.isfinite(current_scores)]) if np.isfinite(current_scores).any() else 1.0
-            delta = (new_scores - current_scores) / (temperature * (spread or 1.0))
+            with np.errstate(invalid="ignore"):  # -inf vs -inf (both pruned) is no step at all
+                delta = np.nan_to_num((new_scores - current_scores) / (temperature * (spread or 1.0)), nan=0.0)
             accept = (new_scores >= current_scores) | (rng.random(len(moves)) < np.exp(np.minimum(delta, 0)))
             current = [m if a else c for m, c, a in zip(moves, current, accept)]
             current_scores = np.where(accept, new_scores, current_scores)

@@ -11,6 +11,14 @@ from search import Config, template_for
 from workloads import Workload
 
 
+ALIGNMENT = 64  # bytes; TVM's buffers (and so its kernels) assume it
+
+
+def _aligned(tensor):
+    """The tensor itself, or a copy in torch's own (64-byte aligned) memory: from_numpy's is not."""
+    return tensor if tensor.data_ptr() % ALIGNMENT == 0 else tensor.clone()
+
+
 class Kernel:
     """A compiled program: `kernel(*inputs)` returns the output (numpy in, numpy out; torch in,
     torch out, shared through DLPack without copies)."""
@@ -42,7 +50,7 @@ class Kernel:
         if is_torch:
             import torch
 
-            args = [tvm.runtime.from_dlpack(x.contiguous()) for x in inputs]
+            args = [tvm.runtime.from_dlpack(_aligned(x.contiguous())) for x in inputs]
             out = torch.empty(self.workload.output_shapes[0], dtype=getattr(torch, self.workload.dtype),
                               device=inputs[0].device)
             self.executable(*args, tvm.runtime.from_dlpack(out))

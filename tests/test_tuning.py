@@ -1,0 +1,112 @@
+"""The tuning loop end to end on tiny shapes and budgets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+import workloads
+from cost_model import draft_score
+from tuner import MeasureResult, RecordError, RecordStore, Session, apply_best, tune
+
+WORKLOAD = workloads.matmul(16, 24, 8)
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    records = tmp_path_factory.mktemp("tune") / "runs.jsonl"
+    result = tune(WORKLOAD, "llvm", trials=6, batch_size=3, records=str(records), progress=False, seed=0)
+    return result, records
+
+
+def test_tiny_run_ends_with_a_correct_kernel(first_run, tmp_path):
+    result, _ = first_run
+    assert result.ok and result.best_latency > 0 and result.gflops > 0
+    kernel = result.compile()
+    inputs = WORKLOAD.random_inputs(7)
+    np.testing.assert_allclose(kernel(*inputs), WORKLOAD.reference(*inputs), *WORKLOAD.tolerance)
+    out = kernel(*[torch.from_numpy(x) for x in inputs])
+    assert isinstance(out, torch.Tensor)
+    np.testing.assert_allclose(out.numpy(), WORKLOAD.reference(*inputs), *WORKLOAD.tolerance)
+    library = tvm.runtime.load_module(kernel.export(str(tmp_path / "k.so")))
+    args = [tvm.runtime.tensor(x) for x in inputs] + [tvm.runtime.empty(WORKLOAD.output_shapes[0], "float32")]
+    library["main"](*args)
+    np.testing.assert_allclose(args[-1].numpy(), WORKLOAD.reference(*inputs), *WORKLOAD.tolerance)
+
+
+def test_trace_has_a_row_per_trial(first_run):
+    result, records = first_run
+    assert len(result.trace) == 6 == len(RecordStore(records))
+    assert list(result.trace["round"]) == [0, 0, 0, 1, 1, 1]
+    assert result.trace["best_latency_s"].is_monotonic_decreasing
+    assert {"config", "predicted_score", "latency_s", "error", "best_gflops", "elapsed_s"} <= set(result.trace)
+
+
+def test_resume_does_not_remeasure(first_run):
+    _, records = first_run
+    again = tune(WORKLOAD, "llvm", trials=4, batch_size=4, records=str(records), progress=False, seed=0)
+    ids = [json.dumps(r["config"], sort_keys=True) for r in RecordStore(records)]
+    assert len(ids) == 10 and len(set(ids)) == 10
+    assert again.best_latency <= min(r["costs"][0] for r in RecordStore(records) if r["costs"]) * 10
+    assert apply_best(WORKLOAD, "llvm", records=str(records)).config is not None
+
+
+def _fake_results(session, configs):
+    """Deterministic stand-in measurements: faster where the draft model says so."""
+    return [MeasureResult([1e-3 / (1 + draft_score(session.template, c))]) for c in configs]
+
+
+@pytest.mark.parametrize("strategy", ["evolutionary", "annealing"])
+def test_seeded_runs_repeat(strategy):
+    asked = []
+    for _ in range(2):
+        session = Session(WORKLOAD, "llvm", strategy=strategy, seed=11, pretrained=False)
+        sequence = []
+        for _ in range(3):
+            configs = session.ask(4)
+            session.tell(configs, _fake_results(session, configs))
+            sequence.append([c.id for c in configs])
+        asked.append(sequence)
+    assert asked[0] == asked[1]
+    assert len({c for batch in asked[0] for c in batch}) == 12  # never the same config twice
+
+
+def test_bad_input_gets_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="trials"):
+        tune(WORKLOAD, trials=0, progress=False)
+    with pytest.raises(ValueError, match="unknown target"):
+        tune(WORKLOAD, target="tpu", trials=1, progress=False)
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"schema": 1, "workload": WORKLOAD.key, "target": "cuda -arch=sm_90",
+                                 "config": {}, "costs": [], "error": "build_error", "message": "",
+                                 "timestamp": 0.0, "version": "0"}) + "\n")
+    with pytest.raises(RecordError, match="target"):
+        tune(WORKLOAD, trials=1, records=str(other), progress=False)
+
+
+def test_ctrl_c_leaves_a_valid_record_file(tmp_path):
+    records = tmp_path / "runs.jsonl"
+    process = subprocess.Popen([sys.executable, "-m", "tuner.cli", "tune", "matmul", "--shape", "32,32,32",
+                                "--trials", "400", "--batch-size", "2", "--records", str(records), "--quiet"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and (not records.exists() or len(records.read_text().splitlines()) < 3):
+        time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode in (0, 130), err
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no line may be cut or garbage
+        loaded = RecordStore(records).records()
+    assert 3 <= len(loaded) < 400
+    assert len({json.dumps(r["config"], sort_keys=True) for r in loaded}) == len(loaded)
