@@ -53,9 +53,10 @@ class RecordWarning(UserWarning):
 
 
 def _as_int(value: object) -> int:
+    """An exact integer (numpy ints pass); bools and floats are refused so knob types stay stable."""
     if isinstance(value, bool):
         raise TypeError
-    return operator.index(value)  # type: ignore[arg-type]  # numpy integers pass, floats do not
+    return operator.index(value)  # type: ignore[call-overload]
 
 
 def normalize_config(config: Mapping[str, Any]) -> dict[str, KnobValue]:
@@ -126,7 +127,7 @@ def _shape_problem(obj: Any) -> str | None:
         return "record workload/target is not a string"
     if type(obj["config"]) is not dict or type(obj["costs"]) is not list:
         return "record config is not an object or costs not a list"
-    if obj["error"] not in _ERRORS:
+    if type(obj["error"]) is not str or obj["error"] not in _ERRORS:
         return f"record has unknown error kind {obj['error']!r}"
     return None
 
@@ -224,7 +225,6 @@ class RecordStore:
         self._all: list[Record] = self._records  # plus a record on an unterminated last line
         self._offset = 0  # bytes parsed: up to the end of the last complete line
         self._lineno = 0  # complete lines parsed
-        self._bad = 0  # of which skipped
         self._guard = b""  # the bytes just before _offset
         self._warned_tail: int | None = None  # line number of a cut last line already warned about
         self._measured: dict[tuple[str, str], tuple[int, set[str]]] = {}  # pair -> (records seen, ids)
@@ -232,6 +232,7 @@ class RecordStore:
     # ---------------------------------------------------------------------------------------- loading
 
     def _stat(self) -> os.stat_result | None:
+        """The file's stat, None when absent; anything but a regular file is refused up front."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -269,18 +270,21 @@ class RecordStore:
 
     def _consume(self, data: bytes, key: tuple[int, int, int, int]) -> None:
         """Parse new bytes; state is only updated once nothing can raise, so an error leaves no half-load."""
-        lines = data.split(b"\n")
-        tail = lines.pop()  # after the last newline: b"" unless the last line is cut (or being written)
+        consumed = data.rfind(b"\n") + 1  # complete lines; after them a cut line (or one being written)
+        body, tail = data[:consumed], data[consumed:]
+        try:
+            lines: list[str] | list[bytes] = body.decode("utf-8").split("\n")  # str parses faster than bytes
+        except UnicodeDecodeError:
+            lines = body.split(b"\n")  # then the bad lines are found one by one
+        lines.pop()  # the empty piece after the last newline
         fresh: list[Record] = []
         bad: list[tuple[int, str]] = []
         with _gc_paused():
-            for lineno, line in enumerate(lines, self._lineno + 1):
-                self._parse_line(line, lineno, fresh, bad)
+            self._parse_lines(lines, self._lineno + 1, fresh, bad)
         tail_lineno = self._lineno + len(lines) + 1
         tail_records: list[Record] = []
         tail_bad: list[tuple[int, str]] = []
-        if tail.strip():
-            self._parse_line(tail, tail_lineno, tail_records, tail_bad)
+        self._parse_lines([tail], tail_lineno, tail_records, tail_bad)
 
         if not self._records and not fresh and not tail_records and (bad or tail_bad):
             cut_first_line = not bad and _looks_cut(tail)
@@ -293,32 +297,39 @@ class RecordStore:
             to_warn.append((tail_lineno, "truncated last line (cut by a crash, or being written)"))
         self._warn(to_warn)
 
-        consumed = len(data) - len(tail)
-        self._guard = (self._guard + data[:consumed])[-_GUARD_BYTES:]
+        self._guard = (self._guard + body)[-_GUARD_BYTES:]
         self._offset += consumed
         self._lineno += len(lines)
-        self._bad += len(bad)
         self._records.extend(fresh)
         self._all = self._records + tail_records if tail_records else self._records
         self._warned_tail = tail_lineno if tail_bad else self._warned_tail
         self._key = key
 
-    def _parse_line(self, line: bytes, lineno: int, good: list[Record], bad: list[tuple[int, str]]) -> None:
-        if not line or line.isspace():
-            return
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):  # bad JSON, bad UTF-8, absurd nesting
-            bad.append((lineno, "unparseable line (truncated or garbage)"))
-            return
-        if not _schema_ok(obj):
-            raise RecordError(f"{self.path}: record file of schema {obj['schema']!r}, expected {SCHEMA_VERSION}"
-                              f" (line {lineno})")
-        problem = _shape_problem(obj)
-        if problem is None:
-            good.append(obj)
-        else:
-            bad.append((lineno, problem))
+    def _parse_lines(self, lines: list[str] | list[bytes], first_lineno: int, good: list[Record],
+                     bad: list[tuple[int, str]]) -> None:
+        """json.loads per line, so damage stays within its line; the common case is checked inline (speed)."""
+        loads, keep, required, errors = json.loads, good.append, _REQUIRED, _ERRORS
+        for lineno, line in enumerate(lines, first_lineno):
+            try:
+                obj = loads(line)
+            except (ValueError, RecursionError):  # bad JSON, bad UTF-8, absurd nesting; or a blank line
+                if line.strip():
+                    bad.append((lineno, "unparseable line (truncated or garbage)"))
+                continue
+            if (type(obj) is dict and required <= obj.keys() and type(obj["schema"]) is int
+                    and obj["schema"] == SCHEMA_VERSION and type(obj["workload"]) is str
+                    and type(obj["target"]) is str and type(obj["config"]) is dict and type(obj["costs"]) is list
+                    and type(obj["error"]) is str and obj["error"] in errors):
+                keep(obj)
+                continue
+            if not _schema_ok(obj):
+                raise RecordError(f"{self.path}: record file of schema {obj['schema']!r}, expected {SCHEMA_VERSION}"
+                                  f" (line {lineno})")
+            problem = _shape_problem(obj)
+            if problem is None:
+                keep(obj)
+            else:
+                bad.append((lineno, problem))
 
     def _warn(self, bad: list[tuple[int, str]]) -> None:
         for lineno, problem in bad[:_WARN_LIMIT]:
