@@ -15,6 +15,7 @@ REDUCE_LEVELS = 2  # staged through shared memory per outer step
 UNROLL_STEPS = (0, 16, 64, 512, 1024)
 VECTOR_LOADS = (1, 2, 4)
 MAX_REGISTERS = 255
+VERIFIED_CACHE = 100_000  # verdicts kept per template; a long run does not grow without bound
 REGISTER_OVERHEAD = 16  # indices, addresses and loop counters beside the tiles
 
 
@@ -112,6 +113,8 @@ class CUDATemplate(Template):
         if config not in self._verified:
             from tvm.s_tir.analysis import verify_gpu_code
 
+            if len(self._verified) >= VERIFIED_CACHE:
+                self._verified.clear()
             limits = {"max_shared_memory_per_block": self.max_shared, "max_threads_per_block": self.max_threads,
                       "max_thread_x": self.max_threads, "max_local_memory_per_block": 1 << 31}
             try:

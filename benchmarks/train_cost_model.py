@@ -1,0 +1,81 @@
+"""Train and evaluate the rankers on measured records; ship the LightGBM model.
+
+    python benchmarks/train_cost_model.py --records cost_model/data/cpu_random.jsonl --ship
+Evaluation is leave-one-workload-out: each workload is ranked by a model that never saw it.
+It reports LightGBM with all features, with PerStoreFeature's alone, and the torch ranker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def evaluate(dataset, make_model, columns) -> dict:
+    from cost_model import dataset_metrics, split_by_workload
+
+    per_workload = {}
+    for held_out in dataset.workloads:
+        train, test = split_by_workload(dataset, [held_out])
+        train.features, test.features = train.features[:, columns], test.features[:, columns]
+        model = make_model().fit(train.features, train.throughputs, train.groups)
+        per_workload[held_out] = dataset_metrics(model, test)["per_workload"][held_out]
+    keys = ("pairwise_accuracy", "spearman", "top1", "top5")
+    return {**{k: float(np.mean([m[k] for m in per_workload.values()])) for k in keys}, "per_workload": per_workload}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", default="cost_model/data/cpu_random.jsonl")
+    parser.add_argument("--ship", action="store_true", help="train on all records and write the shipped model")
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+
+    from cost_model import FEATURE_NAMES, LightGBMRanker, TorchRanker, records_to_dataset
+    from cost_model.features import BASE_COLUMNS
+    from cost_model.pretrained import pretrained_path
+    from tuner import RecordStore
+
+    started = time.monotonic()
+    dataset = records_to_dataset(RecordStore(args.records))
+    print(f"{len(dataset.throughputs)} records over {len(dataset.workloads)} workloads, "
+          f"features in {time.monotonic() - started:.1f} s")
+    every = np.arange(len(FEATURE_NAMES))
+    base = np.arange(len(FEATURE_NAMES))[BASE_COLUMNS]
+    variants = {
+        "lightgbm, all features": (LightGBMRanker, every),
+        "lightgbm, PerStoreFeature only": (LightGBMRanker, base),
+        "torch MLP, all features": (TorchRanker, every),
+    }
+    table = {name: evaluate(dataset, make, cols) for name, (make, cols) in variants.items()}
+    lines = ["| model | pairwise accuracy | spearman | top-1 | top-5 |", "|---|---|---|---|---|"]
+    for name, m in table.items():
+        lines.append(f"| {name} | {m['pairwise_accuracy']:.3f} | {m['spearman']:.3f} | {m['top1']:.3f} | {m['top5']:.3f} |")
+    lines += ["", "Per held-out workload (lightgbm, all features):", "",
+              "| workload | pairwise | spearman | top-1 | top-5 |", "|---|---|---|---|---|"]
+    for w, m in table["lightgbm, all features"]["per_workload"].items():
+        lines.append(f"| {w} | {m['pairwise_accuracy']:.3f} | {m['spearman']:.3f} | {m['top1']:.3f} | {m['top5']:.3f} |")
+    report = "\n".join(lines)
+    print(report)
+    today = datetime.date.today().isoformat()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"cost_model-{today}.md").write_text(
+        f"# Cost model, leave-one-workload-out ({len(dataset.throughputs)} records, "
+        f"{len(dataset.workloads)} workloads)\n\nCommand: `python benchmarks/train_cost_model.py --records "
+        f"{args.records}`\n\n{report}\n")
+    (out / f"cost_model-{today}.json").write_text(json.dumps(table, indent=1))
+    if args.ship:
+        path = pretrained_path("llvm")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        LightGBMRanker().fit(dataset.features, dataset.throughputs, dataset.groups).save(path)
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

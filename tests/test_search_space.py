@@ -1,0 +1,333 @@
+"""Tests of `search`: every sampled config of the CPU and CUDA templates is a correct program.
+
+CPU: random configs of small and odd-shaped workloads are applied, compiled for llvm and run
+against the numpy reference. CUDA (compile-only, no GPU needed): random configs are compiled by
+TVM, their kernels by nvcc for sm_80 and sm_90, and pass TVM's GPU verifier. Also pinned: apply is
+deterministic, configs round-trip through JSON, spaces are large, neighbors / crossover stay valid,
+and invalid configs raise `search.InvalidConfig` with a reason. Run with `-s` to see space sizes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import tvm
+
+import search
+from search import Config, InvalidConfig
+from workloads import batch_matmul, conv2d, depthwise_conv2d, matmul
+
+SEED = 20240611
+CONFIGS = 30
+NVCC = shutil.which("nvcc")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: CUDA kernels cannot be compiled")
+
+CUDA_TARGETS = {
+    "sm_80": {"kind": "cuda", "arch": "sm_80"},
+    "sm_90": {"kind": "cuda", "arch": "sm_90"},
+}
+
+# Small and odd shapes: 1x1x1, primes (257, 131, 509), shapes that no power-of-two tile divides,
+# transposed operands, float16, batches, strided / padded convolutions and fused epilogues.
+WORKLOADS = {
+    "matmul_1x1x1": matmul(1, 1, 1),
+    "matmul_7x13x17_bias_relu": matmul(7, 13, 17, epilogue="bias_relu"),
+    "matmul_257x131x509": matmul(257, 131, 509),
+    "matmul_33x20x17_transpose_b": matmul(33, 20, 17, transpose_b=True),
+    "matmul_16x24x40_fp16_bias": matmul(16, 24, 40, dtype="float16", epilogue="bias"),
+    "batch_matmul_3x7x13x17": batch_matmul(3, 7, 13, 17),
+    "conv2d_nchw_s2_p3": conv2d(2, 3, 11, 13, 5, 3, 3, stride=2, padding=3),
+    "conv2d_nhwc_bias_relu": conv2d(1, 4, 9, 7, 6, 3, 3, padding=1, layout="NHWC", epilogue="bias_relu"),
+    "depthwise_s2_p3": depthwise_conv2d(1, 5, 11, 13, 3, 3, stride=2, padding=3),
+}
+CPU_COUNTS = {name: CONFIGS for name in WORKLOADS}  # 257x131x509 takes ~0.3 s a config: all 30 fit
+# nvcc costs about 0.5-1 CPU-second a kernel (cicc parsing the headers; more for unrolled code), so
+# by default CUDA checks a subset covering every operator, odd shapes, float16 and epilogues; set
+# SEARCH_SPACE_FULL_CUDA=1 to check all workloads (about three more minutes on two cores).
+CUDA_DEFAULT = ("matmul_1x1x1", "matmul_7x13x17_bias_relu", "matmul_16x24x40_fp16_bias",
+                "batch_matmul_3x7x13x17", "conv2d_nchw_s2_p3", "depthwise_s2_p3")
+FULL_CUDA = os.environ.get("SEARCH_SPACE_FULL_CUDA", "") not in ("", "0")
+CUDA_CASES = [pytest.param(name, marks=() if FULL_CUDA or name in CUDA_DEFAULT else pytest.mark.skip(
+    reason="not in the default CUDA subset: set SEARCH_SPACE_FULL_CUDA=1")) for name in WORKLOADS]
+
+
+@functools.lru_cache(maxsize=None)
+def template(name: str, target: str):
+    """Cached template of WORKLOADS[name] on "llvm" or a key of CUDA_TARGETS."""
+    return search.template_for(WORKLOADS[name], "llvm" if target == "llvm" else CUDA_TARGETS[target])
+
+
+def all_valid(space) -> int:
+    """Exact number of valid configs of a small space (enumerated)."""
+    names = space.names
+    return sum(space.is_valid(Config(dict(zip(names, values))))
+               for values in itertools.product(*(k.options for k in space.knobs)))
+
+
+def sample(tpl, count: int, seed: int = SEED) -> list[Config]:
+    """`count` distinct valid configs, or every valid config of a smaller space."""
+    configs = tpl.sample(np.random.default_rng(seed), count)
+    assert configs, f"{tpl}: no config sampled"
+    assert len(set(configs)) == len(configs), f"{tpl}: sample returned duplicates"
+    if len(configs) < count:
+        assert tpl.space.size <= 100000, f"{tpl}: only {len(configs)} of {count} configs from a large space"
+        assert len(configs) == all_valid(tpl.space), f"{tpl}: sample stopped before the space ran out"
+    return configs
+
+
+def differing(a: Config, b: Config) -> list[str]:
+    return [name for name in a if a[name] != b[name]]
+
+
+# ---------------------------------------------------------------------------------------- CPU
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_cpu_configs_compile_and_match_reference(name):
+    workload = WORKLOADS[name]
+    tpl = template(name, "llvm")
+    assert tpl.target.kind.name == "llvm"
+    start = time.perf_counter()
+    configs = sample(tpl, CPU_COUNTS[name])
+    inputs = workload.random_inputs(1)
+    expected = workload.reference(*inputs)
+    rtol, atol = workload.tolerance
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    failures = []
+    for config in configs:
+        ex = tvm.compile(tpl.apply(config).mod, target=tpl.target)
+        # NaN-filled outputs: an element the kernel never writes fails the comparison
+        outs = [tvm.runtime.tensor(np.full(shape, np.nan, workload.dtype), dev) for shape in workload.output_shapes]
+        ex(*args, *outs)
+        got = outs[-1].numpy()
+        if not np.allclose(got.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol):
+            err = np.nanmax(np.abs(got.astype(np.float64) - expected)) if not np.isnan(got).all() else np.nan
+            failures.append(f"{config.id} (max abs err {err}, NaNs {int(np.isnan(got).sum())})")
+    print(f"\n[cpu] {workload.key}: space size {tpl.space.size}, {len(configs)} configs checked "
+          f"in {time.perf_counter() - start:.1f} s")
+    assert not failures, f"{workload.key}: {len(failures)}/{len(configs)} configs give wrong results:\n" + "\n".join(failures)
+
+
+# --------------------------------------------------------------------------------------- CUDA
+
+
+def nvcc_cubin(source_path: str, arch: str) -> subprocess.CompletedProcess:
+    return subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-o", source_path[:-3] + ".cubin", source_path],
+                          capture_output=True, text=True)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", list(CUDA_TARGETS))
+@pytest.mark.parametrize("name", CUDA_CASES)
+def test_cuda_configs_compile_with_nvcc_and_verify(name, arch, tmp_path):
+    from tvm.s_tir.analysis import verify_gpu_code
+
+    workload = WORKLOADS[name]
+    tpl = template(name, arch)
+    assert tpl.target.kind.name == "cuda" and tpl.target.attrs["arch"] == arch
+    assert tpl.max_threads <= 1024
+    limits = {"max_shared_memory_per_block": tpl.max_shared, "max_threads_per_block": tpl.max_threads,
+              "max_thread_x": tpl.max_threads, "max_local_memory_per_block": 1 << 31}
+    start = time.perf_counter()
+    configs = sample(tpl, CONFIGS)
+    failures, jobs = [], []
+    # nvcc (about 0.6 s a kernel) runs on both cores while this thread schedules and lowers
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        for index, config in enumerate(configs):
+            threads = tpl.threads(config)
+            if threads > 1024 or threads > tpl.max_threads:
+                failures.append(f"{config.id}: {threads} threads per block")
+            if not verify_gpu_code(tpl.lower(config)["main"], limits):
+                failures.append(f"{config.id}: fails verify_gpu_code with {limits}")
+            ex = tvm.compile(tpl.apply(config).mod, target=tpl.target)
+            imports = list(ex.mod.imports)
+            if not imports:
+                failures.append(f"{config.id}: no device module (no kernel)")
+                continue
+            source = imports[0].inspect_source()
+            if "__global__" not in source:
+                failures.append(f"{config.id}: device source has no __global__ kernel")
+                continue
+            path = tmp_path / f"kernel{index}.cu"
+            path.write_text(source)
+            jobs.append((config, path, pool.submit(nvcc_cubin, str(path), arch)))
+        for config, path, job in jobs:
+            result = job.result()
+            if result.returncode != 0:
+                failures.append(f"{config.id}: nvcc -arch={arch} failed ({path}):\n{result.stderr[-1500:]}")
+            elif not path.with_suffix(".cubin").stat().st_size:
+                failures.append(f"{config.id}: nvcc wrote an empty cubin")
+    print(f"\n[cuda {arch}] {workload.key}: space size {tpl.space.size}, {len(configs)} configs, "
+          f"{len(jobs)} kernels built in {time.perf_counter() - start:.1f} s")
+    assert not failures, f"{workload.key} on {arch}: {len(failures)} problems:\n" + "\n".join(failures)
+
+
+# ------------------------------------------------------------------------------ determinism
+
+DETERMINISM_CASES = [(n, t) for n in ("matmul_7x13x17_bias_relu", "matmul_16x24x40_fp16_bias",
+                                      "conv2d_nchw_s2_p3", "depthwise_s2_p3") for t in ("llvm", "sm_90")]
+
+
+@pytest.mark.parametrize("name,target", DETERMINISM_CASES, ids=[f"{n}-{t}" for n, t in DETERMINISM_CASES])
+def test_same_config_gives_same_program(name, target):
+    tpl = template(name, target)
+    fresh = search.template_for(WORKLOADS[name], "llvm" if target == "llvm" else CUDA_TARGETS[target])
+    for config in sample(tpl, 5, seed=SEED + 1):
+        first = tpl.apply(config).mod.script()
+        assert tpl.apply(config).mod.script() == first, f"{config.id}: apply twice gives different programs"
+        assert tpl.apply(dict(config)).mod.script() == first, f"{config.id}: a plain dict gives another program"
+        assert fresh.apply(Config.from_json(config.to_json())).mod.script() == first, \
+            f"{config.id}: a fresh template gives another program"
+
+
+# ----------------------------------------------------------------------------------- JSON
+
+JSON_CASES = [(n, t) for n in ("matmul_257x131x509", "matmul_33x20x17_transpose_b", "batch_matmul_3x7x13x17",
+                               "conv2d_nhwc_bias_relu", "depthwise_s2_p3") for t in ("llvm", "sm_80")]
+
+
+@pytest.mark.parametrize("name,target", JSON_CASES, ids=[f"{n}-{t}" for n, t in JSON_CASES])
+def test_config_json_round_trip(name, target):
+    tpl = template(name, target)
+    for config in sample(tpl, 10, seed=SEED + 2):
+        text = json.dumps(config.to_json())
+        back = Config.from_json(json.loads(text))
+        assert back == config and hash(back) == hash(config) and back.id == config.id
+        assert {back: 1}[config] == 1  # usable interchangeably as a dict key
+        reordered = Config(dict(reversed(list(json.loads(text).items()))))
+        assert reordered == config and reordered.id == config.id and hash(reordered) == hash(config)
+        assert json.loads(config.id) == config.to_json()
+        assert tpl.space.is_valid(back)
+
+
+# ---------------------------------------------------------------------------------- sizes
+
+SIZE_CASES = [("llvm", 2000, 1e5), ("sm_90", 300, 1e4)]
+
+
+@pytest.mark.parametrize("target,draws,minimum", SIZE_CASES, ids=["llvm", "cuda_sm_90"])
+def test_space_of_large_matmul_is_not_a_toy(target, draws, minimum):
+    w = matmul(1024, 1024, 1024)
+    tpl = search.template_for(w, "llvm" if target == "llvm" else CUDA_TARGETS[target])
+    start = time.perf_counter()
+    valid = tpl.space.estimate_valid(np.random.default_rng(SEED), draws)
+    print(f"\n[size {target}] {w.key}: {len(tpl.space.knobs)} knobs, size {tpl.space.size:.3e}, "
+          f"estimated valid {valid:.3e} ({draws} draws, {time.perf_counter() - start:.1f} s)")
+    for knob in tpl.space.knobs:
+        print(f"    {knob.name}: {len(knob)} options")
+    assert valid >= minimum, f"{w.key} on {target}: only about {valid:.3g} valid configs (want >= {minimum:.0e})"
+
+
+def test_print_space_sizes():
+    rows = [(name, target, template(name, target).space.size) for name in WORKLOADS for target in ("llvm", "sm_90")]
+    print("\n[sizes] space size (knob combinations before rules) per workload and target:")
+    for name, target, size in rows:
+        print(f"    {name:32s} {target:5s} {size:>14,d}")
+    assert all(size >= 1 for _, _, size in rows)
+
+
+# ----------------------------------------------------------------- neighbors and crossover
+
+WALK_CASES = [(n, t) for n in ("matmul_7x13x17_bias_relu", "matmul_16x24x40_fp16_bias", "batch_matmul_3x7x13x17",
+                               "conv2d_nchw_s2_p3", "depthwise_s2_p3") for t in ("llvm", "sm_80")]
+
+
+@pytest.mark.parametrize("name,target", WALK_CASES, ids=[f"{n}-{t}" for n, t in WALK_CASES])
+def test_neighbors_change_one_or_two_knobs_and_are_valid(name, target):
+    tpl = template(name, target)
+    rng = np.random.default_rng(SEED + 3)
+    for config in sample(tpl, 4, seed=SEED + 3):
+        neighbors = tpl.space.neighbors(config, rng, 8)
+        assert neighbors, f"{config.id}: no neighbors"
+        assert len(set(neighbors)) == len(neighbors) and config not in neighbors
+        for neighbor in neighbors:
+            assert 1 <= len(differing(config, neighbor)) <= 2, f"{config.id} -> {neighbor.id}"
+            assert set(neighbor) == set(config)
+            assert tpl.space.violation(neighbor) is None, f"{neighbor.id}: {tpl.space.violation(neighbor)}"
+
+
+@pytest.mark.parametrize("name,target", WALK_CASES, ids=[f"{n}-{t}" for n, t in WALK_CASES])
+def test_crossover_child_is_valid_and_inherits_every_knob(name, target):
+    tpl = template(name, target)
+    rng = np.random.default_rng(SEED + 4)
+    parents = sample(tpl, 8, seed=SEED + 4)
+    for a, b in zip(parents[::2], parents[1::2]):
+        for _ in range(3):
+            child = tpl.space.crossover(a, b, rng)
+            assert tpl.space.violation(child) is None, f"{child.id}: {tpl.space.violation(child)}"
+            for knob in tpl.space.names:
+                assert child[knob] in (a[knob], b[knob]), f"{knob}={child[knob]} comes from neither parent"
+
+
+# --------------------------------------------------------------------------- invalid configs
+
+INVALID_TARGETS = ["llvm", "sm_80"]
+
+
+def a_config(name: str, target: str) -> Config:
+    return sample(template(name, target), 1, seed=SEED + 5)[0]
+
+
+@pytest.mark.parametrize("target", INVALID_TARGETS)
+def test_split_with_wrong_product_raises(target):
+    tpl = template("matmul_7x13x17_bias_relu", target)
+    config = a_config("matmul_7x13x17_bias_relu", target)
+    knob = tpl.axis_knob(0)  # the extent-7 axis
+    for bad in [(1, 1, 1, 1), (7, 7, 1, 1), (2, 2, 2, 1)] if len(config[knob]) == 4 else [(1, 1), (7, 7)]:
+        broken = config.replace(**{knob: bad})
+        assert not tpl.space.is_valid(broken)
+        with pytest.raises(InvalidConfig, match=knob):
+            tpl.apply(broken)
+    # past the space's rules, TVM's own refusal (factors that do not cover the loop) is an
+    # InvalidConfig too, carrying TVM's reason
+    short = config.replace(**{knob: (1,) * len(config[knob])})
+    with pytest.raises(InvalidConfig, match="product of factors"):
+        tpl.unchecked_apply(short)
+
+
+@pytest.mark.parametrize("target", INVALID_TARGETS)
+def test_unknown_option_and_missing_or_extra_knob_raise(target):
+    tpl = template("conv2d_nchw_s2_p3", target)
+    config = a_config("conv2d_nchw_s2_p3", target)
+    missing = Config({k: v for k, v in config.items() if k != "unroll"})
+    with pytest.raises(InvalidConfig, match="unroll"):
+        tpl.apply(missing)
+    with pytest.raises(InvalidConfig, match="bogus"):
+        tpl.apply(config.replace(bogus=1))
+    with pytest.raises(InvalidConfig, match="unroll"):
+        tpl.apply(config.replace(unroll=3))
+    with pytest.raises(InvalidConfig):
+        tpl.apply({})
+
+
+def test_cpu_register_tile_too_large_raises():
+    tpl = template("matmul_257x131x509", "llvm")
+    config = a_config("matmul_257x131x509", "llvm")
+    # 257 and 131 are prime: innermost factors 257 x 131 far exceed 16 vector registers
+    broken = config.replace(tile_i=(1, 1, 1, 257), tile_j=(1, 1, 1, 131))
+    with pytest.raises(InvalidConfig, match="register tile"):
+        tpl.apply(broken)
+    assert "register tile" in tpl.space.violation(broken)
+
+
+def test_cuda_too_many_threads_raises():
+    tpl = template("matmul_257x131x509", "sm_80")
+    config = a_config("matmul_257x131x509", "sm_80")
+    broken = config.replace(tile_i=(1, 1, 257, 1), tile_j=(1, 1, 131, 1))  # 33667 threads per block
+    assert tpl.threads(broken) > 1024
+    with pytest.raises(InvalidConfig, match="threads"):
+        tpl.apply(broken)
+
+
+def test_invalid_config_is_a_value_error():
+    assert issubclass(InvalidConfig, ValueError)
