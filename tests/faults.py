@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import time
+import zlib
 
 from tuner import tasks
 from tuner.records import config_id
@@ -18,6 +19,12 @@ from workloads import from_key
 
 
 def _fault(config: dict) -> str | None:
+    """The fault named for this config; with AUTOTUNE_TEST_FAULT_CYCLE ('a,b,none'), one chosen by
+    the config's hash, for configs a tuner picks by itself."""
+    cycle = os.environ.get("AUTOTUNE_TEST_FAULT_CYCLE")
+    if cycle:
+        kinds = cycle.split(",")
+        return kinds[zlib.crc32(config_id(config).encode()) % len(kinds)]
     with open(os.environ["AUTOTUNE_TEST_FAULTS"]) as table:
         return json.load(table).get(config_id(config))
 

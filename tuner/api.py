@@ -156,7 +156,7 @@ def tune_suite(suite: Suite, target: Any = "llvm", *, trials: int = 2000, record
     sessions = []
     for entry in suite:
         session = Session(entry.workload, target, strategy=strategy, model=shared or model, pretrained=pretrained,
-                          records=store, seed=seed, training=training)
+                          records=store, seed=seed, training=training, shared_records=True)
         shared = session.model
         sessions.append(session)
     owned = measurer is None

@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--records", help="JSON-lines file to append to and resume from")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--strategy", default="evolutionary", choices=["evolutionary", "annealing", "random"])
-        p.add_argument("--model", default="lightgbm", choices=["lightgbm", "torch"])
+        p.add_argument("--model", default="lightgbm", help="lightgbm, torch, or a saved model file (.txt, .pt)")
         p.add_argument("--no-pretrained", action="store_true", help="start from an untrained model")
         p.add_argument("--batch-size", type=int, default=16)
         p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -161,8 +161,7 @@ def _best(args) -> int:
 
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    import tuner
-    import workloads
+    import workloads  # light: user mistakes in shapes and names are reported before TVM loads
 
     if args.command == "operators":
         for op, names in SHAPE_PARAMS.items():
@@ -170,17 +169,21 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "best":
         return _best(args)
-    options = dict(target=_target(args.target), trials=args.trials, records=args.records, seed=args.seed,
+    if args.trials < 1:
+        raise UsageError(f"--trials must be a positive integer, got {args.trials}")
+    workload = _workload(args) if args.command == "tune" else None
+    suite = workloads.load_suite(args.name) if args.command == "suite" else None
+    target = _target(args.target)
+    import tuner
+
+    options = dict(target=target, trials=args.trials, records=args.records, seed=args.seed,
                    strategy=args.strategy, model=args.model, pretrained=not args.no_pretrained,
                    progress=not args.quiet and not args.json, batch_size=args.batch_size)
-    if args.command == "tune":
-        result = tuner.tune(_workload(args), time_budget_s=args.time_budget, early_stopping=args.early_stopping,
-                            **options)
+    if workload is not None:
+        result = tuner.tune(workload, time_budget_s=args.time_budget, early_stopping=args.early_stopping, **options)
         return _report([result], args.json)
-    suite = workloads.load_suite(args.name)
     outcome = tuner.tune_suite(suite, **options)
-    return _report(list(outcome.results.values()), args.json,
-                   {"weighted_latency_s": outcome.weighted_latency})
+    return _report(list(outcome.results.values()), args.json, {"weighted_latency_s": outcome.weighted_latency})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,7 +17,7 @@ from workloads import Workload
 
 from .measure_result import ErrorKind, MeasureResult
 from .models import make_model
-from .records import RecordStore, make_record
+from .records import RecordError, RecordStore, make_record
 from .training import TrainingData
 
 DRAFT_KEEP = 0.5  # fraction of the draft model's ranking that the learned model scores
@@ -27,13 +27,14 @@ class Session:
     """One workload on one target. Seeded: the same seed and measurements ask the same configs.
 
     Measured configs are never asked again, those in `records` (a resumed run) included.
-    `model` and `training` may be shared between sessions (a suite's one cost model).
+    `model` and `training` may be shared between sessions (a suite's one cost model), and
+    `shared_records` lets a records file hold other workloads too (a suite's one file).
     """
 
     def __init__(self, workload: Workload, target: Any = "llvm", *, strategy: str = "evolutionary",
                  model: str | Any = "lightgbm", pretrained: bool = True, records: str | RecordStore | None = None,
                  seed: int = 0, draft: bool = True, exploration: float = 0.1,
-                 training: TrainingData | None = None):
+                 training: TrainingData | None = None, shared_records: bool = False):
         if not isinstance(workload, Workload):
             raise TypeError(f"workload must be a workloads.Workload, got {type(workload).__name__}")
         if not 0 <= exploration <= 1:
@@ -45,7 +46,7 @@ class Session:
         self.strategy = make_strategy(strategy)
         self.learned = strategy != "random"
         self.model = make_model(model, self.target.kind.name, pretrained, seed) if isinstance(model, str) else model
-        self.draft, self.exploration = draft, exploration
+        self.draft, self.exploration, self.shared_records = draft, exploration, shared_records
         self.rng = np.random.default_rng(seed)
         self.store = records if isinstance(records, RecordStore) or records is None else RecordStore(records)
         self.training = training if training is not None else TrainingData()
@@ -64,7 +65,10 @@ class Session:
     def _resume(self) -> None:
         if self.store is None:
             return
-        self.store.check_compatible(self.workload.key, self.target_key)
+        others = self.store.check_compatible(self.workload.key, self.target_key)
+        if others and not self.shared_records and self.workload.key not in self.store.workloads():
+            raise RecordError(f"{self.store.path} holds records of {', '.join(sorted(others))}, not {self.workload.key}; "
+                              "use another records file (tune_suite shares one file between its workloads)")
         configs, latencies = [], []
         for record in self.store.select(self.workload.key, self.target_key):
             config = Config.from_json(record["config"])
