@@ -1,15 +1,27 @@
-"""The tuning loop and the outside world: measuring, records, the Python API, the command line."""
+"""The tuning loop and the outside world: measuring, records, the Python API, the command line.
 
-from .api import SuiteResult, apply_best, tune, tune_suite
-from .builder import LocalBuilder
-from .measure_result import ErrorKind, MeasureResult
-from .measurer import Measurer
-from .records import RecordError, RecordStore
-from .result import Kernel, TuneResult
-from .runner import LocalRunner, RPCRunner
-from .session import Session
+Names are imported on first use (PEP 562), so that `autotune --help` and its checks of what a
+user typed answer at once instead of after loading TVM, LightGBM and torch.
+"""
+
+from importlib import import_module
+
 from .version import __version__
 
-__all__ = ["tune", "tune_suite", "apply_best", "SuiteResult", "Session", "TuneResult", "Kernel", "Measurer",
-           "LocalBuilder", "LocalRunner", "RPCRunner", "RecordStore", "RecordError", "ErrorKind",
-           "MeasureResult", "__version__"]
+_EXPORTS = {
+    "tune": "api", "tune_suite": "api", "apply_best": "api", "SuiteResult": "api",
+    "Session": "session", "TuneResult": "result", "Kernel": "result", "Measurer": "measurer",
+    "LocalBuilder": "builder", "LocalRunner": "runner", "RPCRunner": "runner",
+    "RecordStore": "records", "RecordError": "records", "ErrorKind": "measure_result",
+    "MeasureResult": "measure_result",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tuner' has no attribute {name!r}")
+    value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -30,7 +30,7 @@ class UsageError(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .version import __version__
 
     parser = argparse.ArgumentParser(prog="autotune", description="Learning-based tuner for matmul and conv kernels.")
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
