@@ -12,6 +12,7 @@ import numpy as np
 
 from cost_model import FeatureExtractor, draft_score
 from search import Config, template_for, target_key
+from search.restricted import RestrictedSpace
 from search.strategies import make_strategy
 from workloads import Workload
 
@@ -28,19 +29,23 @@ class Session:
 
     Measured configs are never asked again, those in `records` (a resumed run) included.
     `model` and `training` may be shared between sessions (a suite's one cost model), and
-    `shared_records` lets a records file hold other workloads too (a suite's one file).
+    `shared_records` lets a records file hold other workloads too (a suite's one file), and
+    `candidates` restricts the space to the given configs (replaying a record file).
     """
 
     def __init__(self, workload: Workload, target: Any = "llvm", *, strategy: str = "evolutionary",
                  model: str | Any = "lightgbm", pretrained: bool = True, records: str | RecordStore | None = None,
                  seed: int = 0, draft: bool = True, exploration: float = 0.1,
-                 training: TrainingData | None = None, shared_records: bool = False):
+                 training: TrainingData | None = None, shared_records: bool = False,
+                 candidates: Sequence[Config] | None = None):
         if not isinstance(workload, Workload):
             raise TypeError(f"workload must be a workloads.Workload, got {type(workload).__name__}")
         if not 0 <= exploration <= 1:
             raise ValueError(f"exploration must be within [0, 1], got {exploration}")
         self.workload = workload
         self.template = template_for(workload, target)
+        if candidates is not None:  # e.g. the recorded configs of a replayed run
+            self.template.space = RestrictedSpace(self.template.space, candidates)
         self.target = self.template.target
         self.target_key = target_key(self.target)
         self.strategy = make_strategy(strategy)
@@ -144,7 +149,8 @@ class Session:
         self._recorded.add(config)
         if self.store is not None:
             predicted = self._predicted.get(config)
-            extra = {"round": self.round, "elapsed_s": round(time.monotonic() - self.started, 3)}
+            extra = {"round": self.round, "elapsed_s": round(time.monotonic() - self.started, 3),
+                     "build_s": round(result.build_s, 4), "run_s": round(result.run_s, 4)}
             if predicted is not None and np.isfinite(predicted):
                 extra["predicted"] = predicted
             self.store.append(make_record(self.workload.key, self.target_key, config.to_json(), result, **extra))
