@@ -55,8 +55,22 @@ def windows(x: np.ndarray, R: int, S: int, stride: int, padding: int, dilation: 
     return view[:, :, ::stride, ::stride, ::dilation, ::dilation]
 
 
+class SlidingWindow:
+    """Output size and FLOPs shared by the convolutions (N, H, W, R, S, stride, padding, dilation)."""
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        return (output_size("R", self.H, self.R, self.stride, self.padding, self.dilation),
+                output_size("S", self.W, self.S, self.stride, self.padding, self.dilation))
+
+    @property
+    def flops(self) -> int:
+        outputs = self.N * self.out_channels * self.out_hw[0] * self.out_hw[1]
+        return outputs * (2 * self.reduction_size + epilogue_ops(self.epilogue))
+
+
 @dataclasses.dataclass(frozen=True)
-class Conv2d(Workload):
+class Conv2d(SlidingWindow, Workload):
     """2-D convolution of N images of C channels with K filters of R x S, with a fused epilogue."""
 
     N: int
@@ -77,14 +91,8 @@ class Conv2d(Workload):
     SHAPE_FIELDS = ("N", "C", "H", "W", "K", "R", "S")
 
     @property
-    def out_hw(self) -> tuple[int, int]:
-        return (output_size("R", self.H, self.R, self.stride, self.padding, self.dilation),
-                output_size("S", self.W, self.S, self.stride, self.padding, self.dilation))
-
-    @property
-    def flops(self) -> int:
-        outputs = self.N * self.K * self.out_hw[0] * self.out_hw[1]
-        return outputs * (2 * self.reduction_size + epilogue_ops(self.epilogue))
+    def out_channels(self) -> int:
+        return self.K
 
     @property
     def reduction_size(self) -> int:
@@ -142,7 +150,7 @@ class Conv2d(Workload):
 
 
 @dataclasses.dataclass(frozen=True)
-class DepthwiseConv2d(Workload):
+class DepthwiseConv2d(SlidingWindow, Workload):
     """One R x S filter per channel (NCHW data, [C, 1, R, S] weights), as in MobileNet."""
 
     N: int
@@ -161,14 +169,8 @@ class DepthwiseConv2d(Workload):
     SHAPE_FIELDS = ("N", "C", "H", "W", "R", "S")
 
     @property
-    def out_hw(self) -> tuple[int, int]:
-        return (output_size("R", self.H, self.R, self.stride, self.padding, self.dilation),
-                output_size("S", self.W, self.S, self.stride, self.padding, self.dilation))
-
-    @property
-    def flops(self) -> int:
-        outputs = self.N * self.C * self.out_hw[0] * self.out_hw[1]
-        return outputs * (2 * self.reduction_size + epilogue_ops(self.epilogue))
+    def out_channels(self) -> int:
+        return self.C
 
     @property
     def reduction_size(self) -> int:
