@@ -16,8 +16,9 @@ def test_notebook_is_committed_without_outputs():
     assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")
 
 
-def test_notebook_executes_headless():
+def test_notebook_executes_headless(monkeypatch):
     pytest.importorskip("ipykernel")
+    monkeypatch.setenv("PYTHONPATH", str(NOTEBOOK.parent.parent))  # the kernel imports this checkout
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(notebook, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
