@@ -29,11 +29,9 @@ def ours(workload, template, configs) -> tuple[float, float]:
 
     started = time.monotonic()
     with Measurer.local("llvm", repeat=3, min_repeat_ms=20) as measurer:
-        warm = time.monotonic()
         results = measurer.measure(workload.key, str(template.target), configs)
         done = time.monotonic()
-    assert sum(r.ok for r in results) == len(configs), [r.message for r in results if not r.ok][:3]
-    return done - started, done - warm
+    return done - started, sum(not r.ok for r in results)
 
 
 def metaschedule(template, configs, f_build) -> tuple[float, float]:
@@ -46,11 +44,10 @@ def metaschedule(template, configs, f_build) -> tuple[float, float]:
     args = ms.arg_info.ArgInfo.from_prim_func(template.prim_func)
     mods = [template.apply(c).mod for c in configs]
     built = builder.build([ms.builder.BuilderInput(m, template.target) for m in mods])
-    futures = runner.run([ms.runner.RunnerInput(b.artifact_path, "cpu", args) for b in built])
-    costs = [f.result().run_secs for f in futures]
+    futures = runner.run([ms.runner.RunnerInput(b.artifact_path, "cpu", args) for b in built if b.artifact_path])
+    failed = sum(f.result().error_msg is not None for f in futures) + sum(not b.artifact_path for b in built)
     done = time.monotonic()
-    assert all(c for c in costs)
-    return done - started, done - started
+    return done - started, failed
 
 
 def main() -> None:
@@ -70,9 +67,9 @@ def main() -> None:
             ("MetaSchedule (default build)", *metaschedule(template, configs, None))]
     n = args.candidates
     print(f"{n} candidates of {workload.key}, {os.environ['TVM_NUM_THREADS']} threads")
-    print(f"{'harness':30s} {'total s':>9s} {'per candidate s':>16s} {'excl. start-up s':>17s}")
-    for name, total, steady in rows:
-        print(f"{name:30s} {total:9.1f} {total / n:16.3f} {steady / n:17.3f}")
+    print(f"{'harness (start-up included)':30s} {'total s':>9s} {'per candidate s':>16s} {'failed':>7s}")
+    for name, total, failed in rows:
+        print(f"{name:30s} {total:9.1f} {total / n:16.3f} {failed:7d}")
 
 
 if __name__ == "__main__":
