@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,16 @@ class TaskOutcome:
     failure: str | None = None
     message: str = ""
     seconds: float = 0.0
+
+
+def _exit_reason(code: int) -> str:
+    """'killed by SIGSEGV' for a signal, else the exit code: what a user needs to see first."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 class _Worker:
@@ -153,7 +164,7 @@ class WorkerPool:
                             worker.process.kill()
                         code = worker.process.wait(timeout=30)
                         outcome = TaskOutcome(failure="crash", seconds=elapsed, message=shorten(
-                            f"worker died (exit code {code})\n{worker.log_tail()}"))
+                            f"worker died ({_exit_reason(code)})\n{worker.log_tail()}"))
                 elif elapsed >= timeout_s:
                     outcome = TaskOutcome(failure="timeout", seconds=elapsed, message=shorten(
                         f"killed after {timeout_s:g} s\n{worker.log_tail()}"))
