@@ -77,33 +77,29 @@ def hand_configs(name: str) -> list[dict]:
             ((4, 64, 1, 2), (2, 8, 1, 32), (16, 32), {}),
         ]]
     if name == "conv56":  # K=64 C=64 56x56, 3x3
-        # Vectorizing k (weights packed [k/16, c, r, s, 16]) with h3 = w3 = 1 keeps the accumulator
-        # contiguous: the template's accumulator has the output's NCHW order, so any h3/w3 > 1 makes
-        # the vector axis strided in it (shuffles and spills); k3 = 32..64 gives 4-8 FMA chains.
-        k = dict(vector_axis="k", pack=1, unroll=64, write_at=1, tile_n=(1, 1, 1, 1), tile_rw=(1, 3))
-        return [
-            dict(k, tile_k=(1, 1, 1, 64), tile_h=(2, 28, 1, 1), tile_w=(1, 56, 1, 1), tile_rc=(16, 4), tile_rh=(1, 3)),
-            dict(k, tile_k=(1, 2, 1, 32), tile_h=(1, 56, 1, 1), tile_w=(2, 28, 1, 1), tile_rc=(16, 4), tile_rh=(3, 1)),
-            dict(k, tile_k=(2, 1, 1, 32), tile_h=(2, 28, 1, 1), tile_w=(1, 56, 1, 1), tile_rc=(16, 4), tile_rh=(1, 3)),
-            dict(k, tile_k=(1, 1, 1, 64), tile_h=(2, 28, 1, 1), tile_w=(1, 56, 1, 1), tile_rc=(32, 2), tile_rh=(1, 3)),
-            dict(k, tile_k=(1, 1, 1, 64), tile_h=(4, 14, 1, 1), tile_w=(1, 56, 1, 1), tile_rc=(8, 8), tile_rh=(3, 1)),
-            dict(k, tile_k=(1, 1, 1, 64), tile_h=(2, 28, 1, 1), tile_w=(1, 56, 1, 1), tile_rc=(16, 4), tile_rh=(1, 3),
-                 unroll=512),
-            # register tiles with w3 > 1 (strided accumulator) and the w-vectorized variant, for contrast
-            dict(k, tile_k=(2, 2, 1, 16), tile_h=(1, 56, 1, 1), tile_w=(1, 14, 1, 4), tile_rc=(64, 1), tile_rh=(3, 1),
-                 unroll=512),
-            dict(k, vector_axis="w", pack=0, tile_k=(2, 4, 1, 8), tile_h=(1, 56, 1, 1), tile_w=(1, 7, 1, 8),
-                 tile_rc=(64, 1), tile_rh=(1, 3)),
-        ]
+        # Vectorizing k (weights packed [k/16, c, r, s, 16]); the template lays the accumulator out
+        # with k innermost, so a register tile of w3 = 4 outputs x k3 = 16 channels (8 ymm, 8 FMA
+        # chains) reuses each broadcast input 2x and each weight vector 4x.
+        k = dict(vector_axis="k", pack=1, unroll=64, write_at=1, tile_n=(1, 1, 1, 1), tile_rw=(1, 3), tile_rh=(3, 1))
+        return [dict(k, tile_k=tk, tile_h=th, tile_w=tw, tile_rc=rc, **extra) for tk, th, tw, rc, extra in [
+            ((2, 2, 1, 16), (1, 56, 1, 1), (1, 14, 1, 4), (16, 4), {}),
+            ((1, 4, 1, 16), (4, 14, 1, 1), (1, 14, 1, 4), (16, 4), {}),
+            ((1, 4, 1, 16), (2, 28, 1, 1), (1, 14, 1, 4), (8, 8), {}),
+            ((2, 2, 1, 16), (1, 56, 1, 1), (1, 14, 1, 4), (8, 8), {}),
+            ((1, 4, 1, 16), (2, 14, 1, 2), (1, 28, 1, 2), (16, 4), {}),
+            ((2, 2, 1, 16), (1, 56, 1, 1), (1, 14, 1, 4), (16, 4), dict(unroll=512)),
+            # a 1 x 64 register tile (no input reuse) and the w-vectorized variant, for contrast
+            ((1, 1, 1, 64), (4, 14, 1, 1), (1, 56, 1, 1), (8, 8), {}),
+            ((2, 4, 1, 8), (1, 56, 1, 1), (1, 7, 1, 8), (64, 1), dict(vector_axis="w", pack=0, tile_rh=(1, 3))),
+        ]]
     if name == "conv28":  # K=128 C=128 28x28, 3x3
-        k = dict(vector_axis="k", pack=1, unroll=64, write_at=1, tile_n=(1, 1, 1, 1), tile_rw=(1, 3))
-        return [
-            dict(k, tile_k=(2, 1, 1, 64), tile_h=(1, 28, 1, 1), tile_w=(1, 28, 1, 1), tile_rc=(32, 4), tile_rh=(1, 3)),
-            dict(k, tile_k=(1, 2, 1, 64), tile_h=(2, 14, 1, 1), tile_w=(1, 28, 1, 1), tile_rc=(32, 4), tile_rh=(1, 3)),
-            dict(k, tile_k=(2, 2, 1, 32), tile_h=(1, 28, 1, 1), tile_w=(1, 28, 1, 1), tile_rc=(32, 4), tile_rh=(3, 1)),
-            dict(k, tile_k=(2, 1, 1, 64), tile_h=(1, 28, 1, 1), tile_w=(1, 28, 1, 1), tile_rc=(64, 2), tile_rh=(1, 3),
-                 unroll=512),
-        ]
+        k = dict(vector_axis="k", pack=1, unroll=64, write_at=1, tile_n=(1, 1, 1, 1), tile_rw=(1, 3), tile_rh=(3, 1))
+        return [dict(k, tile_k=tk, tile_h=th, tile_w=tw, tile_rc=rc) for tk, th, tw, rc in [
+            ((2, 4, 1, 16), (1, 28, 1, 1), (1, 7, 1, 4), (32, 4)),
+            ((2, 4, 1, 16), (1, 28, 1, 1), (1, 7, 1, 4), (16, 8)),
+            ((4, 2, 1, 16), (1, 28, 1, 1), (1, 7, 1, 4), (32, 4)),
+            ((2, 1, 1, 64), (1, 28, 1, 1), (1, 28, 1, 1), (32, 4)),
+        ]]
     raise KeyError(name)
 
 
@@ -136,7 +132,7 @@ def family_configs(name: str, template) -> list[dict]:
     else:
         K, H, W = axes["k"], axes["h"], axes["w"]
         C = s.extents[s.axis_names.index("rc")]
-        for k3, h3, w3 in [(64, 1, 1), (32, 1, 1), (16, 1, 1), (16, 1, 4), (8, 2, 4), (8, 1, 7)]:
+        for k3, h3, w3 in [(16, 1, 4), (16, 2, 2), (16, 1, 2), (8, 1, 7), (32, 1, 2), (64, 1, 1)]:
             for k0, h0, w0 in [(1, 2, 1), (1, 1, 2), (2, 1, 1), (1, 4, 1), (2, 2, 1), (1, 2, 2)]:
                 if K % (k0 * k3) or H % (h0 * h3) or W % (w0 * w3):
                     continue

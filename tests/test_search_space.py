@@ -320,6 +320,16 @@ def test_cpu_register_tile_too_large_raises():
     assert "register tile" in tpl.space.violation(broken)
 
 
+def test_cpu_vector_wider_than_four_registers_raises():
+    lanes = template("matmul_1x1x1", "llvm").lanes
+    tpl = search.template_for(matmul(2, 5 * lanes, 3), "llvm")  # a 1 x 5-register tile: few registers
+    config = Config(dict(tile_i=(2, 1, 1, 1), tile_j=(1, 1, 1, 5 * lanes), tile_k=(3, 1), vector_axis="j",
+                         pack=0, unroll=0, write_at=1))
+    with pytest.raises(InvalidConfig, match="vectorized loop"):
+        tpl.apply(config)
+    assert tpl.space.is_valid(config.replace(tile_j=(5, 1, 1, lanes)))
+
+
 def test_cuda_too_many_threads_raises():
     tpl = template("matmul_257x131x509", "sm_80")
     config = a_config("matmul_257x131x509", "sm_80")
