@@ -2,6 +2,7 @@
 
 The records train the shipped cost model and serve the replay benchmarks:
     python benchmarks/collect.py --per-workload 250 --records cost_model/data/cpu_random.jsonl
+    python benchmarks/collect.py --dense --per-workload 1000 --records cost_model/data/cpu_dense.jsonl
 Interrupt it at any time; run it again to continue where it stopped.
 """
 
@@ -23,15 +24,28 @@ DATASET_WORKLOADS = (
     "depthwise_conv2d(N=1,C=144,H=56,W=56,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
 )
 
+# The replay dataset: matmul, a BERT GEMM, a ResNet-50 conv, an NHWC conv, depthwise, batch matmul.
+DENSE_WORKLOADS = (
+    "matmul(M=256,N=256,K=256,float32)",
+    "matmul(M=128,N=768,K=768,transpose_b=True,float32)",
+    "conv2d(N=1,C=128,H=28,W=28,K=128,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
+    "conv2d(N=1,C=128,H=28,W=28,K=128,R=3,S=3,padding=1,layout=NHWC,float32)",
+    "depthwise_conv2d(N=1,C=144,H=56,W=56,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
+    "batch_matmul(B=12,M=128,N=128,K=64,transpose_b=True,float32)",
+)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default="cost_model/data/cpu_random.jsonl")
     parser.add_argument("--per-workload", type=int, default=250)
-    parser.add_argument("--workloads", nargs="*", default=list(DATASET_WORKLOADS), help="workload keys")
+    parser.add_argument("--workloads", nargs="*", help="workload keys (default: the cost-model set)")
+    parser.add_argument("--dense", action="store_true", help="the replay set of six workloads")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+
+    keys = args.workloads or list(DENSE_WORKLOADS if args.dense else DATASET_WORKLOADS)
 
     from tqdm.auto import tqdm
 
@@ -41,22 +55,25 @@ def main() -> None:
     from workloads import from_key
 
     store = RecordStore(args.records)
+    templates = {key: template_for(from_key(key), "llvm") for key in keys}
+    done = {key: {Config.from_json(r["config"]) for r in store.select(key, target_key(t.target))}
+            for key, t in templates.items()}
+    rngs = {key: np.random.default_rng([args.seed, index, len(done[key])]) for index, key in enumerate(keys)}
+    total = args.per_workload * len(keys)
+    bar = tqdm(total=total, initial=sum(min(len(d), args.per_workload) for d in done.values()), unit="config")
+    wanted = {key: max(0, args.per_workload - len(done[key])) for key in keys}
     with Measurer.local("llvm", repeat=3, min_repeat_ms=10) as measurer:
-        for index, key in enumerate(args.workloads):
-            template = template_for(from_key(key), "llvm")
-            tkey = target_key(template.target)
-            done = {Config.from_json(r["config"]) for r in store.select(key, tkey)}
-            rng = np.random.default_rng([args.seed, index, len(done)])
-            bar = tqdm(total=args.per_workload, initial=min(len(done), args.per_workload), desc=key[:60])
-            while len(done) < args.per_workload:
-                configs = template.space.sample(rng, min(args.batch, args.per_workload - len(done)), exclude=done)
-                if not configs:
-                    break
+        # a batch of each workload in turn, so that an interrupted run leaves them equally far along
+        while any(wanted.values()):
+            for key in [k for k in keys if wanted[k]]:
+                template, tkey = templates[key], target_key(templates[key].target)
+                configs = template.space.sample(rngs[key], min(args.batch, wanted[key]), exclude=done[key])
+                wanted[key] = wanted[key] - len(configs) if configs else 0  # none left: the space is exhausted
                 measurer.measure(key, str(template.target), configs, on_result=lambda i, r: store.append(
                     make_record(key, tkey, configs[i].to_json(), r, source="random")))
-                done.update(configs)
+                done[key].update(configs)
                 bar.update(len(configs))
-            bar.close()
+    bar.close()
 
 
 if __name__ == "__main__":

@@ -103,7 +103,10 @@ class CPUTemplate(Template):
             self.contiguous_accumulator(sch, block, [s.spatial.index(a) for a in inner_order])
         writeback_loops = sch.get_loops(writeback)
         attach_depth = 1 if config["write_at"] == 0 else 1 + len(s.spatial)
-        if len(writeback_loops) > attach_depth:  # it has loops of its own below the attach point
+        # the write-back has loops of its own below the attach point: vectorize its innermost one,
+        # unless the accumulator was transposed (then it is a gather, and LLVM compiles wide gathers
+        # in unrolled nests for minutes)
+        if len(writeback_loops) > attach_depth and vec == s.spatial[-1]:
             self.vectorize_innermost(sch, writeback_loops[-1])
         if config.get("pack"):
             self.pack(sch, block, vec, config[self.axis_knob(vec)][-1])

@@ -330,6 +330,23 @@ def test_cpu_vector_wider_than_four_registers_raises():
     assert tpl.space.is_valid(config.replace(tile_j=(5, 1, 1, lanes)))
 
 
+def test_transposed_accumulator_compiles_in_seconds_and_is_correct():
+    # vectorized over k (not the output's last axis), accumulator at the outer level, unroll 512:
+    # a vectorized write-back gather made LLVM take minutes on this config
+    workload = conv2d(1, 64, 56, 56, 64, 3, 3, padding=1)
+    tpl = search.template_for(workload, "llvm")
+    config = Config({"pack": 0, "tile_h": (2, 14, 1, 2), "tile_k": (4, 2, 4, 2), "tile_n": (1, 1, 1, 1),
+                     "tile_rc": (4, 16), "tile_rh": (3, 1), "tile_rw": (3, 1), "tile_w": (1, 7, 4, 2),
+                     "unroll": 512, "vector_axis": "k", "write_at": 0})
+    start = time.perf_counter()
+    ex = tvm.compile(tpl.apply(config).mod, target=tpl.target)
+    assert time.perf_counter() - start < 60
+    inputs = workload.random_inputs(0)
+    out = tvm.runtime.empty(workload.output_shapes[0], workload.dtype)
+    ex(*[tvm.runtime.tensor(x) for x in inputs], out)
+    np.testing.assert_allclose(out.numpy(), workload.reference(*inputs), *workload.tolerance)
+
+
 def test_cuda_too_many_threads_raises():
     tpl = template("matmul_257x131x509", "sm_80")
     config = a_config("matmul_257x131x509", "sm_80")

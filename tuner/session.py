@@ -30,14 +30,16 @@ class Session:
     Measured configs are never asked again, those in `records` (a resumed run) included.
     `model` and `training` may be shared between sessions (a suite's one cost model), and
     `shared_records` lets a records file hold other workloads too (a suite's one file), and
-    `candidates` restricts the space to the given configs (replaying a record file).
+    `candidates` restricts the space to the given configs (replaying a record file), and
+    `extractor` (configs -> feature rows) replaces the template's own feature extractor, e.g. with
+    one whose rows were computed once for many replayed runs.
     """
 
     def __init__(self, workload: Workload, target: Any = "llvm", *, strategy: str = "evolutionary",
                  model: str | Any = "lightgbm", pretrained: bool = True, records: str | RecordStore | None = None,
                  seed: int = 0, draft: bool = True, exploration: float = 0.1,
                  training: TrainingData | None = None, shared_records: bool = False,
-                 candidates: Sequence[Config] | None = None):
+                 candidates: Sequence[Config] | None = None, extractor: Any = None):
         if not isinstance(workload, Workload):
             raise TypeError(f"workload must be a workloads.Workload, got {type(workload).__name__}")
         if not 0 <= exploration <= 1:
@@ -55,7 +57,7 @@ class Session:
         self.rng = np.random.default_rng(seed)
         self.store = records if isinstance(records, RecordStore) or records is None else RecordStore(records)
         self.training = training if training is not None else TrainingData()
-        self.extractor = FeatureExtractor(self.template) if self.learned else None
+        self.extractor = (extractor or FeatureExtractor(self.template)) if self.learned else None
         self.measured: dict[Config, float] = {}  # config -> latency (inf when failed)
         self.trace: list[dict] = []
         self.round = 0

@@ -1,0 +1,212 @@
+"""Which design choices earn their place? Replayed tuning runs over a dense dataset, many seeds.
+
+    python benchmarks/search_efficiency.py --records cost_model/data/cpu_dense.jsonl --seeds 20
+
+For each workload of the record file, every variant (random search; annealing and evolutionary
+with the LightGBM ranker; the evolutionary default without the draft pre-filter and without a
+pretrained model) tunes over the recorded configs only, answered from the records. Reported per
+workload and variant over the seeds: trials needed to reach 95% of the dataset's best throughput
+(median and interquartile range) and the best found at 32, 64 and 128 trials (median fraction of
+the dataset's best). "Pretrained" means a LightGBM model trained on the *other* workloads of the
+file, so that no run has seen its own workload's measurements before it starts.
+Writes `<out>/search_efficiency-<date>.json`, `.md` and `.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+CHECKPOINTS = (32, 64, 128)
+GOAL = 0.95
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    strategy: str
+    draft: bool = True
+    pretrained: bool = True
+
+
+VARIANTS = (
+    Variant("random", "random", draft=False, pretrained=False),
+    Variant("annealing + lightgbm", "annealing"),
+    Variant("evolutionary + lightgbm (default)", "evolutionary"),
+    Variant("evolutionary, no draft pre-filter", "evolutionary", draft=False),
+    Variant("evolutionary, no pretrained model", "evolutionary", pretrained=False),
+)
+DEFAULT = VARIANTS[2].name
+
+
+class CachedFeatures:
+    """Feature rows of a workload's recorded configs, extracted once and shared by every run."""
+
+    def __init__(self, configs, extractor):
+        self.rows = dict(zip(configs, extractor(list(configs))))
+
+    def __call__(self, configs) -> np.ndarray:
+        return np.stack([self.rows[c] for c in configs]) if configs else np.zeros((0, 0), np.float32)
+
+
+def replay(key: str, variant: Variant, seed: int, store, features, base_model, goal_latency: float,
+           max_trials: int, batch_size: int) -> dict:
+    """One replayed run: the best latency after each trial, and when it reached the goal."""
+    from cost_model import LightGBMRanker
+    from tuner import Session
+    from tuner.replay import ReplayMeasurer
+    from workloads import from_key
+
+    measurer = ReplayMeasurer(store)
+    model = LightGBMRanker(seed=seed, init_model=base_model if variant.pretrained else None)
+    session = Session(from_key(key), "llvm", strategy=variant.strategy, model=model, seed=seed, draft=variant.draft,
+                      candidates=list(features.rows), extractor=features)
+    curve = []
+    while len(curve) < max_trials:
+        configs = session.ask(min(batch_size, max_trials - len(curve)))
+        if not configs:
+            break
+        results = measurer.measure(key, str(session.target), configs)
+        for config, result in zip(configs, results):
+            previous = curve[-1] if curve else float("inf")
+            curve.append(min(previous, result.latency))
+        session.tell(configs, results)
+        if len(curve) >= max(CHECKPOINTS) and curve[-1] <= goal_latency:
+            break
+    reached = next((i + 1 for i, latency in enumerate(curve) if latency <= goal_latency), None)
+    return {"trials_to_goal": reached, "curve": curve}
+
+
+def summarize(runs: list[dict], best_latency: float, space: int) -> dict:
+    """Median and quartiles of trials to the goal (a run that never got there counts as `space`)."""
+    trials = np.array([r["trials_to_goal"] or space for r in runs], dtype=float)
+    at = {}
+    for k in CHECKPOINTS:
+        values = [best_latency / r["curve"][min(k, len(r["curve"])) - 1] for r in runs]
+        at[str(k)] = float(np.median(values))
+    return {"median": float(np.median(trials)), "q25": float(np.percentile(trials, 25)),
+            "q75": float(np.percentile(trials, 75)), "never": int(sum(r["trials_to_goal"] is None for r in runs)),
+            "best_fraction_at": at}
+
+
+def leave_one_out_models(dataset, workloads: list[str]) -> dict:
+    """A LightGBM ranker per workload, trained on the other workloads' records."""
+    from cost_model import LightGBMRanker, split_by_workload
+
+    models = {}
+    for key in workloads:
+        train, _ = split_by_workload(dataset, [key])
+        models[key] = LightGBMRanker(seed=0).fit(train.features, train.throughputs, train.groups)
+    return models
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# Search efficiency on replayed records ({report['date']})", "",
+             f"Command: `{report['command']}`", "",
+             f"Records: {report['records']}; {report['seeds']} seeds; batch {report['batch_size']}; goal: "
+             f"{GOAL:.0%} of the dataset's best throughput. *trials*: median [q25, q75] trials to the goal "
+             "(a run that never reached it counts as the dataset's size); *@k*: median fraction of the best "
+             "throughput found after k trials.", ""]
+    for key, entry in report["workloads"].items():
+        lines += [f"## {key}", "", f"{entry['configs']} recorded configs, best {entry['best_gflops']:.1f} GFLOPS.", "",
+                  "| variant | trials to 95% | never | " + " | ".join(f"@{k}" for k in CHECKPOINTS) + " |",
+                  "|---|---|---|" + "---|" * len(CHECKPOINTS)]
+        for name, s in entry["variants"].items():
+            lines.append(f"| {name} | {s['median']:.0f} [{s['q25']:.0f}, {s['q75']:.0f}] | {s['never']} | "
+                         + " | ".join(f"{s['best_fraction_at'][str(k)]:.2f}" for k in CHECKPOINTS) + " |")
+        lines.append("")
+    lines += ["## Summary", "", "| workload | random | default | default / random |", "|---|---|---|---|"]
+    for key, entry in report["workloads"].items():
+        r, d = entry["variants"]["random"]["median"], entry["variants"][DEFAULT]["median"]
+        lines.append(f"| {key} | {r:.0f} | {d:.0f} | {d / r:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: Path) -> None:
+    """Median trials to 95% of the best, per workload and variant (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(report["workloads"])
+    names = [v.name for v in VARIANTS]
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        medians = [report["workloads"][k]["variants"][name]["median"] for k in keys]
+        lows = [m - report["workloads"][k]["variants"][name]["q25"] for m, k in zip(medians, keys)]
+        highs = [report["workloads"][k]["variants"][name]["q75"] - m for m, k in zip(medians, keys)]
+        ax.bar(np.arange(len(keys)) + i * width, medians, width, yerr=[lows, highs], label=name, capsize=2)
+    ax.set_xticks(np.arange(len(keys)) + width * (len(names) - 1) / 2)
+    ax.set_xticklabels([k.split(",float32")[0].replace("(", "\n(") for k in keys], fontsize=6)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"trials to {GOAL:.0%} of the best (median, IQR)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", default=str(REPO / "cost_model" / "data" / "cpu_dense.jsonl"))
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--max-trials", type=int, default=512, help="a run stops here if it never reaches the goal")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--workloads", nargs="*", help="workload keys (default: every workload of the file)")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+
+    from tqdm.auto import tqdm
+
+    from cost_model import records_to_dataset
+    from cost_model.dataset import extractor_for
+    from search import Config
+    from tuner import RecordStore
+    from tuner.records import is_ok, median_cost
+    from workloads import from_key
+
+    store = RecordStore(args.records)
+    keys = args.workloads or sorted(store.workloads())
+    dataset = records_to_dataset(store)
+    base_models = leave_one_out_models(dataset, keys)
+    report = {"date": datetime.date.today().isoformat(), "command": " ".join(["python", *sys.argv]),
+              "records": args.records, "seeds": args.seeds, "batch_size": args.batch_size, "workloads": {}}
+    for key in keys:
+        records = store.select(key)
+        best = min(median_cost(r) for r in records if is_ok(r))
+        extractor = extractor_for(key, records[0]["target"])
+        configs = [c for c in dict.fromkeys(Config.from_json(r["config"]) for r in records)
+                   if extractor.template.space.is_valid(c)]
+        features = CachedFeatures(configs, extractor)
+        entry = {"configs": len(configs), "best_gflops": from_key(key).flops / best / 1e9, "variants": {}, "runs": {}}
+        for variant in VARIANTS:
+            runs = [replay(key, variant, seed, store, features, base_models[key], best / GOAL,
+                           min(args.max_trials, len(configs)), args.batch_size)
+                    for seed in tqdm(range(args.seeds), desc=f"{key[:40]} {variant.name[:24]}", leave=False)]
+            entry["variants"][variant.name] = summarize(runs, best, len(configs))
+            entry["runs"][variant.name] = [r["trials_to_goal"] for r in runs]
+            print(f"{key[:50]:50s} {variant.name:38s} median {entry['variants'][variant.name]['median']:.0f}",
+                  flush=True)
+        report["workloads"][key] = entry
+    out = args.out / f"search_efficiency-{report['date']}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    out.with_suffix(".md").write_text(markdown(report))
+    plot(report, out.with_suffix(".png"))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
