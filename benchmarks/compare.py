@@ -35,8 +35,14 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+# MetaSchedule's build workers unpickle `fast_build` by module name: let them import this file
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "benchmarks"), os.environ.get("PYTHONPATH", "")])
 
 import vendor  # noqa: E402  (benchmarks/vendor.py)
+from quiet import CpuWatch, wait_quiet  # noqa: E402  (benchmarks/quiet.py)
+
+QUIET_CORES = 0.25  # other processes' core use above which a timing counts as disturbed
+QUIET_WAIT_S = 60.0  # longest wait for a quiet CPU before each timing
 
 MIXED_DOZEN = (
     "matmul(M=512,N=512,K=512,float32)",
@@ -62,6 +68,7 @@ class Run:
     tune_s: float
     curve: list[tuple[float, float]] = field(default_factory=list)  # (seconds, best GFLOPS) per trial
     measure_s: float | None = None  # seconds spent building and running candidates (ours only)
+    best_config: dict | None = None  # ours only
 
 
 def fast_build(mod, target, _params):
@@ -72,16 +79,37 @@ def fast_build(mod, target, _params):
     return tvm.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
+class TimedMeasurer:
+    """A `Measurer` that adds up the seconds its batches take: building and running, harness
+    included; the rest of a tuning run's wall time is search (proposing, features, training)."""
+
+    def __init__(self, measurer):
+        self.measurer, self.seconds = measurer, 0.0
+
+    def measure(self, *args, **kwargs):
+        started = time.monotonic()
+        try:
+            return self.measurer.measure(*args, **kwargs)
+        finally:
+            self.seconds += time.monotonic() - started
+
+    def close(self) -> None:
+        self.measurer.close()
+
+
 def run_ours(workload, target, trials: int, seed: int) -> Run:
     import tuner
 
+    measurer = TimedMeasurer(tuner.Measurer.local(target.kind.name))
     started = time.monotonic()
-    result = tuner.tune(workload, target, trials=trials, seed=seed, progress=False)
+    try:
+        result = tuner.tune(workload, target, trials=trials, seed=seed, progress=False, measurer=measurer)
+    finally:
+        measurer.close()
     wall = time.monotonic() - started
     trace = result.trace
-    measured = float(trace["build_s"].sum() / CORES + trace["run_s"].sum())  # one build worker per core
     curve = list(zip(trace["elapsed_s"].astype(float), trace["best_gflops"].astype(float)))
-    return Run(result.compile().executable.mod, wall, curve, measured)
+    return Run(result.compile().executable.mod, wall, curve, measurer.seconds, result.best_config.to_json())
 
 
 def run_metaschedule(workload, target, trials: int, seed: int) -> Run:
@@ -179,16 +207,21 @@ def vendor_sides(workload, timer: Timer) -> dict:
     return sides
 
 
-def head_to_head(sides: dict, rounds: int) -> dict[str, float]:
-    """Each side timed once per round, in turn; the fastest round of each kept (least disturbed)."""
+def head_to_head(sides: dict, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Each side timed once per round, in turn, after waiting for a quiet CPU; per side, the
+    fastest of its least disturbed rounds, and the other processes' core use during it."""
     import torch
 
-    times: dict[str, list[float]] = {name: [] for name in sides}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     with torch.no_grad():
         for _ in range(rounds):
             for name, timed in sides.items():
-                times[name].append(timed())
-    return {name: min(values) for name, values in times.items()}
+                wait_quiet(QUIET_CORES, QUIET_WAIT_S)
+                with CpuWatch() as watch:
+                    seconds = timed()
+                times[name].append((round(watch.other, 2), seconds))
+    kept = {name: min(values, key=lambda v: (v[0] >= QUIET_CORES, v[1])) for name, values in times.items()}
+    return {name: v[1] for name, v in kept.items()}, {name: v[0] for name, v in kept.items()}
 
 
 def reach(curve: list[tuple[float, float]], gflops: float) -> tuple[int | None, float | None]:
@@ -208,7 +241,7 @@ def compare(workload, target, trials: int, seed: int, ours_first: bool, rounds: 
     timer = Timer(workload, target.kind.name)
     sides = {name: (lambda module=run.module: timer.tvm(module)) for name, run in runs.items()}
     sides.update(vendor_sides(workload, timer))
-    latency = head_to_head(sides, rounds)
+    latency, disturbance = head_to_head(sides, rounds)
     ms_best = max((g for _, g in runs["metaschedule"].curve), default=0.0)
     trials_to, seconds_to = reach(runs["ours"].curve, ms_best)
     ours = runs["ours"]
@@ -219,6 +252,8 @@ def compare(workload, target, trials: int, seed: int, ours_first: bool, rounds: 
         "ours_tune_s": ours.tune_s, "metaschedule_tune_s": runs["metaschedule"].tune_s,
         "ours_measure_s": ours.measure_s, "ours_search_overhead": max(0.0, 1 - ours.measure_s / ours.tune_s),
         "ours_trials_to_metaschedule_best": trials_to, "ours_seconds_to_metaschedule_best": seconds_to,
+        "ours_best_config": ours.best_config,
+        "other_load": disturbance,  # cores other processes used while each side was timed
         "ours_curve": ours.curve, "metaschedule_curve": runs["metaschedule"].curve,
     }
 
@@ -254,7 +289,8 @@ def markdown(report: dict) -> str:
     lines = [f"# This tuner against MetaSchedule and vendor libraries ({report['date']}, {report['machine']['target']})",
              "", f"Command: `{report['command']}`", "",
              f"Machine: {json.dumps(report['machine'])}", "", f"Versions: {json.dumps(report['versions'])}", "",
-             "GFLOPS after re-timing every side in the same process, alternating rounds, fastest round kept. "
+             "GFLOPS after re-timing every side in the same process, alternating rounds, each after waiting "
+             f"for a quiet CPU (other processes under {QUIET_CORES} cores); the fastest quiet round kept. "
              "*vs MS*: MetaSchedule's latency over ours (> 1: ours is faster); *of torch*: our speed as a "
              "fraction of torch's; *to MS best*: trials and tuning seconds our run needed to reach "
              "MetaSchedule's final best (by the tuners' own measurements; - if never).", "",
@@ -271,7 +307,10 @@ def markdown(report: dict) -> str:
                      f"{r['metaschedule_latency_s'] / r['ours_latency_s']:.2f}x | "
                      f"{fmt(g['ours'] / g['torch'] if g['torch'] else None, 2)} | {r['ours_tune_s']:.0f} | "
                      f"{r['metaschedule_tune_s']:.0f} | {to} | {r['ours_search_overhead']:.0%} |")
-    lines += ["", summary(rows)]
+    disturbed = [f"{r['workload']} @{r['trials']}: {side} ({load} cores)" for r in rows
+                 for side, load in r.get("other_load", {}).items() if load >= QUIET_CORES]
+    lines += ["", summary(rows), "", "Re-timings still disturbed by other processes: "
+              + ("; ".join(disturbed) if disturbed else "none") + "."]
     return "\n".join(lines) + "\n"
 
 

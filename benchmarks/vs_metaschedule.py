@@ -3,8 +3,8 @@
 
     python benchmarks/vs_metaschedule.py
 
-The search overhead column is our tuning wall time minus the time spent building (spread over the
-build workers) and running candidates, as a fraction of the wall time.
+The search overhead column is our tuning wall time minus the time the measurement harness spent
+building and running candidates (its worker processes included), as a fraction of the wall time.
 """
 
 import sys

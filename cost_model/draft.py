@@ -9,11 +9,14 @@ from __future__ import annotations
 import math
 
 from search import Config, Template
+from search.tensorcore_template import TensorCoreTemplate
 
 CPU_GHZ = 3.0
 L1_BYTES, L2_BYTES = 32 << 10, 512 << 10
 CUDA_SMS, CUDA_GHZ, CUDA_FMA_PER_SM = 132, 1.8, 128
 CUDA_THREADS_PER_SM, CUDA_REGISTERS_PER_SM, CUDA_SHARED_PER_SM = 2048, 65536, 228 << 10
+TENSOR_FMA_PER_SM = 2048  # dense float16 with float32 accumulation, per clock (Hopper)
+FRAGMENT_FMAS = 16 * 16 * 16
 
 DRAFT_NAMES = (
     "draft_log_gflops", "cores", "vector_lanes", "log_parallel_extent", "parallel_efficiency",
@@ -45,13 +48,16 @@ def _efficiency(work: int, units: int) -> float:
 def draft_features(template: Template, config: Config) -> dict[str, float]:
     """Named analytic features; `draft_log_gflops` is the draft model's estimate."""
     features = dict.fromkeys(DRAFT_NAMES, 0.0)
+    features["log_unroll"] = math.log2(1 + config["unroll"])
+    if isinstance(template, TensorCoreTemplate):
+        features.update(_tensorcore_draft(template, config))
+        return features
     s = template.structure
     inner = tuple(config[template.axis_knob(a)][-1] if k == 0 else 1 for a, k in enumerate(s.kinds))
     outputs_inner = math.prod(inner)
     loads = sum(r.footprint(inner) for r in s.reads)
     features["loads_per_fma"] = loads / outputs_inner
     features["log_register_tile"] = math.log2(outputs_inner)
-    features["log_unroll"] = math.log2(1 + config["unroll"])
     if template.target.kind.name == "cuda":
         features.update(_cuda_draft(template, config))
     else:
@@ -80,23 +86,37 @@ def _cpu_draft(template: Template, config: Config, fmas: int, loads: int) -> dic
             "l1_fit": l1_tile / L1_BYTES, "l2_fit": l2_tile / L2_BYTES, "packed": float(config.get("pack", 0))}
 
 
-def _cuda_draft(template: Template, config: Config) -> dict[str, float]:
+def _gpu_draft(template: Template, config: Config, blocks: int, intensity: float, fma_per_sm: int) -> dict:
+    """Occupancy and waves from threads, registers and shared memory; peak scaled by `intensity`."""
     threads = template.threads(config)
-    vthreads = math.prod(_level(template, config, 1))
-    blocks = math.prod(_level(template, config, 0))
     shared = template.shared_bytes(config)
     registers = template.registers(config)
     per_sm = min(CUDA_THREADS_PER_SM // threads, CUDA_REGISTERS_PER_SM // max(registers * threads, 1),
                  CUDA_SHARED_PER_SM // max(shared, 1), 32)
     occupancy = per_sm * threads / CUDA_THREADS_PER_SM
     waves = _efficiency(blocks, CUDA_SMS * max(per_sm, 1))
-    per_thread = vthreads * math.prod(_level(template, config, 3))
-    intensity = min(1.0, per_thread / 16)
-    peak = CUDA_SMS * CUDA_FMA_PER_SM * 2 * CUDA_GHZ
-    gflops = peak * min(1.0, 2 * occupancy) * waves * intensity
+    gflops = CUDA_SMS * fma_per_sm * 2 * CUDA_GHZ * min(1.0, 2 * occupancy) * waves * intensity
     return {"draft_log_gflops": math.log2(1 + gflops), "log_threads": math.log2(threads),
-            "log_vthreads": math.log2(vthreads), "log_blocks": math.log2(blocks), "wave_efficiency": waves,
-            "log_shared_bytes": math.log2(1 + shared), "registers_per_thread": registers, "occupancy": occupancy}
+            "log_blocks": math.log2(blocks), "wave_efficiency": waves, "log_shared_bytes": math.log2(1 + shared),
+            "registers_per_thread": registers, "occupancy": occupancy}
+
+
+def _cuda_draft(template: Template, config: Config) -> dict[str, float]:
+    vthreads = math.prod(_level(template, config, 1))
+    per_thread = vthreads * math.prod(_level(template, config, 3))
+    features = _gpu_draft(template, config, math.prod(_level(template, config, 0)), min(1.0, per_thread / 16),
+                          CUDA_FMA_PER_SM)
+    return {**features, "log_vthreads": math.log2(vthreads)}
+
+
+def _tensorcore_draft(template: TensorCoreTemplate, config: Config) -> dict[str, float]:
+    """Per warp, I2 x J2 fragment products for I2 + J2 fragment loads: more reuse, closer to peak."""
+    rows, cols = template.fragments(config, 2)
+    batch = math.prod(template.structure.extents[a] for a in template.structure.spatial[:-2])
+    blocks = math.prod(template.fragments(config, 0)) * batch
+    features = _gpu_draft(template, config, blocks, min(1.0, rows * cols / (2 * (rows + cols))), TENSOR_FMA_PER_SM)
+    return {**features, "loads_per_fma": (rows + cols) / (rows * cols * FRAGMENT_FMAS),
+            "log_register_tile": math.log2(rows * cols * 256)}
 
 
 def draft_score(template: Template, config: Config) -> float:

@@ -6,20 +6,18 @@ import math
 
 from .config import Config
 from .knobs import ChoiceKnob, split_knob
-from .space import InvalidConfig, Space
-from .targets import cuda_limit
-from .template import Template, lower_schedule
+from .gpu_template import GPUTemplate
+from .space import Space
 
 SPATIAL_LEVELS = 4  # blockIdx, vthread, threadIdx, per-thread inner tile
 REDUCE_LEVELS = 2  # staged through shared memory per outer step
 UNROLL_STEPS = (0, 16, 64, 512, 1024)
 VECTOR_LOADS = (1, 2, 4)
 MAX_REGISTERS = 255
-VERIFIED_CACHE = 100_000  # verdicts kept per template; a long run does not grow without bound
 REGISTER_OVERHEAD = 16  # indices, addresses and loop counters beside the tiles
 
 
-class CUDATemplate(Template):
+class CUDATemplate(GPUTemplate):
     """Loop nest S0 S1 S2 R0 R1 S3: S0 -> blockIdx.x, S1 -> vthread.x, S2 -> threadIdx.x.
 
     Every input is staged in shared memory at R0 by a cooperative fetch of all threads
@@ -33,17 +31,9 @@ class CUDATemplate(Template):
         knobs += [split_knob(self.axis_knob(a), s.extents[a], REDUCE_LEVELS) for a in s.reduce]
         knobs += [ChoiceKnob(self.vector_knob(r.buffer), VECTOR_LOADS) for r in s.reads]
         knobs.append(ChoiceKnob("unroll", UNROLL_STEPS))
-        self.warp = cuda_limit(self.target, "thread_warp_size")
-        self.max_threads = cuda_limit(self.target, "max_threads_per_block")
-        self.max_shared = cuda_limit(self.target, "max_shared_memory_per_block")
-        self.block_registers = cuda_limit(self.target, "registers_per_block")
-        self._verified: dict[Config, str | None] = {}
+        self.read_limits()
         return Space(tuple(knobs), (self.thread_rule, self.shared_memory_rule, self.register_rule,
                                     self.vector_load_rule, self.gpu_code_rule))
-
-    @staticmethod
-    def vector_knob(buffer: str) -> str:
-        return f"vector_load_{buffer}"
 
     def level(self, config: Config, level: int) -> list[int]:
         return [config[self.axis_knob(a)][level] for a in self.structure.spatial]
@@ -103,28 +93,6 @@ class CUDATemplate(Template):
             if not contiguous or tile[axes[0]] % width or self.structure.extents[axes[0]] % width:
                 return f"{read.buffer} cannot be loaded {width} elements at a time with this tiling"
         return None
-
-    def gpu_code_rule(self, config: Config) -> str | None:
-        """The exact check, run last: TVM's own verifier on the lowered kernel.
-
-        The shared-memory estimate above is a fast filter; TVM's region analysis can allocate
-        more than the tile's true footprint (padded windows), and only the lowered code knows.
-        """
-        if config not in self._verified:
-            from tvm.s_tir.analysis import verify_gpu_code
-
-            if len(self._verified) >= VERIFIED_CACHE:
-                self._verified.clear()
-            limits = {"max_shared_memory_per_block": self.max_shared, "max_threads_per_block": self.max_threads,
-                      "max_thread_x": self.max_threads, "max_local_memory_per_block": 1 << 31}
-            try:
-                lowered = lower_schedule(self.unchecked_apply(config), self.target)
-            except InvalidConfig as err:
-                self._verified[config] = str(err)
-            else:
-                ok = bool(verify_gpu_code(lowered["main"], limits))
-                self._verified[config] = None if ok else "the lowered kernel fails TVM's GPU verifier (shared memory)"
-        return self._verified[config]
 
     def schedule(self, sch, config: Config) -> None:
         s = self.structure

@@ -91,13 +91,17 @@ class UncheckedSchedule:
 
 
 def lower_schedule(sch, target):
-    """The s_tir lowering passes only: a readable flat program, before host/device splitting."""
+    """The s_tir lowering passes only: a readable flat program, before host/device splitting.
+
+    LowerMatchBuffer lowers the views that tensorized blocks (tensor-core fragments) take of
+    their buffers; flattening fails without it.
+    """
     import tvm
     from tvm import s_tir, tirx
 
     mod = tvm.tirx.transform.BindTarget(target)(sch.mod)
     passes = [s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
               s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
-              s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(),
+              s_tir.transform.LowerMatchBuffer(), s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(),
               tirx.transform.VectorizeLoop(), tirx.transform.StmtSimplify()]
     return tvm.ir.transform.Sequential(passes)(mod)

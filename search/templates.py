@@ -10,11 +10,18 @@ from .template import Template
 
 
 def template_for(workload: Workload, target) -> Template:
-    """The schedule template for `workload` on `target` ('llvm', 'cuda', a dict or a Target)."""
+    """The schedule template for `workload` on `target` ('llvm', 'cuda', a dict or a Target).
+
+    On CUDA, float16 matrix products that tensor cores can take get the tensor-core template.
+    """
     if not isinstance(workload, Workload):
         raise TypeError(f"workload must be a workloads.Workload, got {type(workload).__name__}")
     resolved = resolve_target(target)
     if resolved.kind.name == "cuda":
+        from .tensorcore_template import TensorCoreTemplate, supports
+
+        if supports(workload, resolved):
+            return TensorCoreTemplate(workload, resolved)
         from .cuda_template import CUDATemplate
 
         return CUDATemplate(workload, resolved)

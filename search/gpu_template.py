@@ -1,0 +1,47 @@
+"""What the CUDA templates share: the target's limits, vector-load knobs, TVM's verifier as the last rule."""
+
+from __future__ import annotations
+
+from .config import Config
+from .space import InvalidConfig
+from .targets import cuda_limit
+from .template import Template, lower_schedule
+
+VERIFIED_CACHE = 100_000  # verdicts kept per template; a long run does not grow without bound
+
+
+class GPUTemplate(Template):
+    """Subclasses call `read_limits()` in `make_space` and list `gpu_code_rule` last among their rules."""
+
+    def read_limits(self) -> None:
+        self.warp = cuda_limit(self.target, "thread_warp_size")
+        self.max_threads = cuda_limit(self.target, "max_threads_per_block")
+        self.max_shared = cuda_limit(self.target, "max_shared_memory_per_block")
+        self.block_registers = cuda_limit(self.target, "registers_per_block")
+        self._verified: dict[Config, str | None] = {}
+
+    @staticmethod
+    def vector_knob(buffer: str) -> str:
+        return f"vector_load_{buffer}"
+
+    def gpu_code_rule(self, config: Config) -> str | None:
+        """The exact check, run last and cached: TVM's own verifier on the lowered kernel.
+
+        The templates' shared-memory estimates are fast filters; TVM's region analysis can
+        allocate more than a tile's true footprint (padded windows), and only the lowered code knows.
+        """
+        if config not in self._verified:
+            from tvm.s_tir.analysis import verify_gpu_code
+
+            if len(self._verified) >= VERIFIED_CACHE:
+                self._verified.clear()
+            limits = {"max_shared_memory_per_block": self.max_shared, "max_threads_per_block": self.max_threads,
+                      "max_thread_x": self.max_threads, "max_local_memory_per_block": 1 << 31}
+            try:
+                lowered = lower_schedule(self.unchecked_apply(config), self.target)
+            except InvalidConfig as err:
+                self._verified[config] = str(err)
+            else:
+                ok = bool(verify_gpu_code(lowered["main"], limits))
+                self._verified[config] = None if ok else "the lowered kernel fails TVM's GPU verifier (shared memory)"
+        return self._verified[config]
