@@ -232,8 +232,9 @@ def reach(curve: list[tuple[float, float]], gflops: float) -> tuple[int | None, 
     return None, None
 
 
-def compare(workload, target, trials: int, seed: int, ours_first: bool, rounds: int) -> dict:
-    order = [("ours", run_ours), ("metaschedule", run_metaschedule)]
+def compare(workload, target, trials: int, seed: int, ours_first: bool, rounds: int,
+            metaschedule: bool = True) -> dict:
+    order = [("ours", run_ours), ("metaschedule", run_metaschedule)][: 2 if metaschedule else 1]
     runs = {}
     for name, run in order if ours_first else order[::-1]:
         print(f"  {name}: tuning {trials} trials", flush=True)
@@ -242,19 +243,18 @@ def compare(workload, target, trials: int, seed: int, ours_first: bool, rounds: 
     sides = {name: (lambda module=run.module: timer.tvm(module)) for name, run in runs.items()}
     sides.update(vendor_sides(workload, timer))
     latency, disturbance = head_to_head(sides, rounds)
-    ms_best = max((g for _, g in runs["metaschedule"].curve), default=0.0)
-    trials_to, seconds_to = reach(runs["ours"].curve, ms_best)
-    ours = runs["ours"]
+    ours, ms = runs["ours"], runs.get("metaschedule")
+    trials_to, seconds_to = reach(ours.curve, max(g for _, g in ms.curve)) if ms and ms.curve else (None, None)
     return {
         "workload": workload.key, "trials": trials, "flops": workload.flops,
-        "ours_latency_s": latency["ours"], "metaschedule_latency_s": latency["metaschedule"],
+        "ours_latency_s": latency["ours"], "metaschedule_latency_s": latency.get("metaschedule"),
         "torch_latency_s": latency.get("torch"), "numpy_latency_s": latency.get("numpy"),
-        "ours_tune_s": ours.tune_s, "metaschedule_tune_s": runs["metaschedule"].tune_s,
+        "ours_tune_s": ours.tune_s, "metaschedule_tune_s": ms.tune_s if ms else None,
         "ours_measure_s": ours.measure_s, "ours_search_overhead": max(0.0, 1 - ours.measure_s / ours.tune_s),
         "ours_trials_to_metaschedule_best": trials_to, "ours_seconds_to_metaschedule_best": seconds_to,
         "ours_best_config": ours.best_config,
         "other_load": disturbance,  # cores other processes used while each side was timed
-        "ours_curve": ours.curve, "metaschedule_curve": runs["metaschedule"].curve,
+        "ours_curve": ours.curve, "metaschedule_curve": ms.curve if ms else [],
     }
 
 
@@ -304,9 +304,9 @@ def markdown(report: dict) -> str:
             f"{r['ours_trials_to_metaschedule_best']} / {r['ours_seconds_to_metaschedule_best']:.0f} s"
         lines.append(f"| {r['workload']} | {r['trials']} | {fmt(g['ours'])} | {fmt(g['metaschedule'])} | "
                      f"{fmt(g['torch'])} | {fmt(g['numpy'])} | "
-                     f"{r['metaschedule_latency_s'] / r['ours_latency_s']:.2f}x | "
+                     f"{fmt(g['ours'] / g['metaschedule'] if g['metaschedule'] else None, 2)}x | "
                      f"{fmt(g['ours'] / g['torch'] if g['torch'] else None, 2)} | {r['ours_tune_s']:.0f} | "
-                     f"{r['metaschedule_tune_s']:.0f} | {to} | {r['ours_search_overhead']:.0%} |")
+                     f"{fmt(r['metaschedule_tune_s'], 0)} | {to} | {r['ours_search_overhead']:.0%} |")
     disturbed = [f"{r['workload']} @{r['trials']}: {side} ({load} cores)" for r in rows
                  for side, load in r.get("other_load", {}).items() if load >= QUIET_CORES]
     lines += ["", summary(rows), "", "Re-timings still disturbed by other processes: "
@@ -317,7 +317,9 @@ def markdown(report: dict) -> str:
 def summary(rows: list[dict]) -> str:
     parts = []
     for trials in sorted({r["trials"] for r in rows}):
-        subset = [r for r in rows if r["trials"] == trials]
+        subset = [r for r in rows if r["trials"] == trials and r["metaschedule_latency_s"]]
+        if not subset:
+            continue
         ratios = [r["metaschedule_latency_s"] / r["ours_latency_s"] for r in subset]
         wins = sum(ratio >= 1 for ratio in ratios)
         geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
@@ -368,6 +370,7 @@ def main(argv: list[str] | None = None, workloads_default=MIXED_DOZEN, trials_de
     parser.add_argument("--trials", type=int, nargs="+", default=list(trials_default), help="trial budgets")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3, help="alternating re-timing rounds")
+    parser.add_argument("--no-metaschedule", action="store_true", help="this tuner and the vendor libraries only")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
 
@@ -385,10 +388,11 @@ def main(argv: list[str] | None = None, workloads_default=MIXED_DOZEN, trials_de
     for trials in args.trials:
         for workload in workloads:
             print(f"[{index + 1}/{len(workloads) * len(args.trials)}] {workload.key}", flush=True)
-            report["rows"].append(compare(workload, target, trials, args.seed, index % 2 == 0, args.rounds))
+            report["rows"].append(compare(workload, target, trials, args.seed, index % 2 == 0, args.rounds,
+                                          metaschedule=not args.no_metaschedule))
             index += 1
             row = report["rows"][-1]
-            print(f"  ours {gflops(row, 'ours'):.1f} GFLOPS, MetaSchedule {gflops(row, 'metaschedule'):.1f}, "
+            print(f"  ours {gflops(row, 'ours'):.1f} GFLOPS, MetaSchedule {gflops(row, 'metaschedule') or 0:.1f}, "
                   f"torch {gflops(row, 'torch') or 0:.1f}", flush=True)
             out.with_suffix(".json").write_text(json.dumps(report, indent=1))  # kept after each workload
     out.with_suffix(".md").write_text(markdown(report))

@@ -43,7 +43,7 @@ class LightGBMRanker:
     def params(self) -> dict:
         return {"objective": "lambdarank", "learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
                 "min_data_in_leaf": self.min_data_in_leaf, "seed": self.seed, "deterministic": True,
-                "num_threads": 2, "verbose": -1, "lambdarank_truncation_level": 32,
+                "num_threads": 1, "verbose": -1, "lambdarank_truncation_level": 32,
                 "label_gain": list(range(32)), "feature_pre_filter": False}
 
     def fit(self, features, throughputs, groups) -> "LightGBMRanker":

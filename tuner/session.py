@@ -21,7 +21,7 @@ from .models import make_model
 from .records import RecordError, RecordStore, make_record
 from .training import TrainingData
 
-DRAFT_KEEP = 0.5  # fraction of the draft model's ranking that the learned model scores
+DRAFT_KEEP = 0.3  # fraction of the draft model's ranking that the learned model scores (features cost most)
 
 
 class Session:
