@@ -15,8 +15,10 @@ Writes `<out>/search_efficiency-<date>.json`, `.md` and `.png`.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,15 +100,32 @@ def summarize(runs: list[dict], best_latency: float, space: int) -> dict:
             "best_fraction_at": at}
 
 
-def leave_one_out_models(dataset, workloads: list[str]) -> dict:
-    """A LightGBM ranker per workload, trained on the other workloads' records."""
-    from cost_model import LightGBMRanker, split_by_workload
+def evaluate_workload(key: str, records_path: str, seeds: int, max_trials: int, batch_size: int) -> dict:
+    """Every variant over `seeds` replayed runs of one workload (a process of its own)."""
+    from cost_model import LightGBMRanker, records_to_dataset
+    from cost_model.dataset import extractor_for
+    from search import Config
+    from tuner import RecordStore
+    from tuner.records import is_ok, median_cost
+    from workloads import from_key
 
-    models = {}
-    for key in workloads:
-        train, _ = split_by_workload(dataset, [key])
-        models[key] = LightGBMRanker(seed=0).fit(train.features, train.throughputs, train.groups)
-    return models
+    store = RecordStore(records_path)
+    others = records_to_dataset(r for r in store if r["workload"] != key)
+    base_model = LightGBMRanker(seed=0).fit(others.features, others.throughputs, others.groups)  # never saw `key`
+    records = store.select(key)
+    best = min(median_cost(r) for r in records if is_ok(r))
+    extractor = extractor_for(key, records[0]["target"])
+    configs = [c for c in dict.fromkeys(Config.from_json(r["config"]) for r in records)
+               if extractor.template.space.is_valid(c)]
+    features = CachedFeatures(configs, extractor)
+    entry = {"configs": len(configs), "best_gflops": from_key(key).flops / best / 1e9, "variants": {}, "runs": {}}
+    for variant in VARIANTS:
+        runs = [replay(key, variant, seed, store, features, base_model, best / GOAL,
+                       min(max_trials, len(configs)), batch_size) for seed in range(seeds)]
+        entry["variants"][variant.name] = summarize(runs, best, len(configs))
+        entry["runs"][variant.name] = [r["trials_to_goal"] for r in runs]
+        print(f"{key[:50]:50s} {variant.name:38s} median {entry['variants'][variant.name]['median']:.0f}", flush=True)
+    return entry
 
 
 def markdown(report: dict) -> str:
@@ -164,41 +183,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-trials", type=int, default=512, help="a run stops here if it never reaches the goal")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workloads", nargs="*", help="workload keys (default: every workload of the file)")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="workloads in parallel")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
 
-    from tqdm.auto import tqdm
-
-    from cost_model import records_to_dataset
-    from cost_model.dataset import extractor_for
-    from search import Config
     from tuner import RecordStore
-    from tuner.records import is_ok, median_cost
-    from workloads import from_key
 
-    store = RecordStore(args.records)
-    keys = args.workloads or sorted(store.workloads())
-    dataset = records_to_dataset(store)
-    base_models = leave_one_out_models(dataset, keys)
+    keys = args.workloads or sorted(RecordStore(args.records).workloads())
     report = {"date": datetime.date.today().isoformat(), "command": " ".join(["python", *sys.argv]),
               "records": args.records, "seeds": args.seeds, "batch_size": args.batch_size, "workloads": {}}
-    for key in keys:
-        records = store.select(key)
-        best = min(median_cost(r) for r in records if is_ok(r))
-        extractor = extractor_for(key, records[0]["target"])
-        configs = [c for c in dict.fromkeys(Config.from_json(r["config"]) for r in records)
-                   if extractor.template.space.is_valid(c)]
-        features = CachedFeatures(configs, extractor)
-        entry = {"configs": len(configs), "best_gflops": from_key(key).flops / best / 1e9, "variants": {}, "runs": {}}
-        for variant in VARIANTS:
-            runs = [replay(key, variant, seed, store, features, base_models[key], best / GOAL,
-                           min(args.max_trials, len(configs)), args.batch_size)
-                    for seed in tqdm(range(args.seeds), desc=f"{key[:40]} {variant.name[:24]}", leave=False)]
-            entry["variants"][variant.name] = summarize(runs, best, len(configs))
-            entry["runs"][variant.name] = [r["trials_to_goal"] for r in runs]
-            print(f"{key[:50]:50s} {variant.name:38s} median {entry['variants'][variant.name]['median']:.0f}",
-                  flush=True)
-        report["workloads"][key] = entry
+    with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
+        futures = {key: pool.submit(evaluate_workload, key, args.records, args.seeds, args.max_trials,
+                                    args.batch_size) for key in keys}
+        report["workloads"] = {key: future.result() for key, future in futures.items()}
     out = args.out / f"search_efficiency-{report['date']}"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
