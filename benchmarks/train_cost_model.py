@@ -1,6 +1,6 @@
 """Train and evaluate the rankers on measured records; ship the LightGBM model.
 
-    python benchmarks/train_cost_model.py --records cost_model/data/cpu_random.jsonl --ship
+    python benchmarks/train_cost_model.py --records cost_model/data/cpu_dense.jsonl --ship
 Evaluation is leave-one-workload-out: each workload is ranked by a model that never saw it.
 It reports LightGBM with all features, with PerStoreFeature's alone, and the torch ranker.
 """
@@ -31,7 +31,7 @@ def evaluate(dataset, make_model, columns) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", default="cost_model/data/cpu_random.jsonl")
+    parser.add_argument("--records", default="cost_model/data/cpu_dense.jsonl")
     parser.add_argument("--ship", action="store_true", help="train on all records and write the shipped model")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
