@@ -13,7 +13,6 @@ SPATIAL_LEVELS = 4  # blockIdx, vthread, threadIdx, per-thread inner tile
 REDUCE_LEVELS = 2  # staged through shared memory per outer step
 UNROLL_STEPS = (0, 16, 64, 512, 1024)
 VECTOR_LOADS = (1, 2, 4)
-MAX_REGISTERS = 255
 REGISTER_OVERHEAD = 16  # indices, addresses and loop counters beside the tiles
 
 
@@ -64,20 +63,6 @@ class CUDATemplate(GPUTemplate):
             return f"{threads} threads per block exceed the target's {self.max_threads}"
         if self.structure.spatial_size % self.warp == 0 and threads % self.warp:
             return f"{threads} threads per block is not a multiple of the warp ({self.warp})"
-        return None
-
-    def shared_memory_rule(self, config: Config) -> str | None:
-        used = self.shared_bytes(config)
-        if used > self.max_shared:
-            return f"{used} bytes of shared memory exceed the target's {self.max_shared} per block"
-        return None
-
-    def register_rule(self, config: Config) -> str | None:
-        per_thread = self.registers(config)
-        if per_thread > MAX_REGISTERS:
-            return f"about {per_thread} registers per thread exceed {MAX_REGISTERS}"
-        if per_thread * self.threads(config) > self.block_registers:
-            return f"about {per_thread} registers x {self.threads(config)} threads exceed {self.block_registers} per block"
         return None
 
     def vector_load_rule(self, config: Config) -> str | None:

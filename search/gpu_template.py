@@ -7,11 +7,13 @@ from .space import InvalidConfig
 from .targets import cuda_limit
 from .template import Template, lower_schedule
 
+MAX_REGISTERS = 255
 VERIFIED_CACHE = 100_000  # verdicts kept per template; a long run does not grow without bound
 
 
 class GPUTemplate(Template):
-    """Subclasses call `read_limits()` in `make_space` and list `gpu_code_rule` last among their rules."""
+    """Subclasses call `read_limits()` in `make_space`, define `threads`, `shared_bytes` and
+    `registers` (per thread), and list `gpu_code_rule` last among their rules."""
 
     def read_limits(self) -> None:
         self.warp = cuda_limit(self.target, "thread_warp_size")
@@ -23,6 +25,20 @@ class GPUTemplate(Template):
     @staticmethod
     def vector_knob(buffer: str) -> str:
         return f"vector_load_{buffer}"
+
+    def shared_memory_rule(self, config: Config) -> str | None:
+        used = self.shared_bytes(config)
+        if used > self.max_shared:
+            return f"{used} bytes of shared memory exceed the target's {self.max_shared} per block"
+        return None
+
+    def register_rule(self, config: Config) -> str | None:
+        per_thread = self.registers(config)
+        if per_thread > MAX_REGISTERS:
+            return f"about {per_thread} registers per thread exceed {MAX_REGISTERS}"
+        if per_thread * self.threads(config) > self.block_registers:
+            return f"about {per_thread} registers x {self.threads(config)} threads exceed {self.block_registers} per block"
+        return None
 
     def gpu_code_rule(self, config: Config) -> str | None:
         """The exact check, run last and cached: TVM's own verifier on the lowered kernel.

@@ -26,7 +26,6 @@ OPERAND_PAD = 8  # halves added to every shared row: spreads banks, keeps rows 1
 OUTPUT_PAD = 4  # floats added to every row of the shared output stage
 FRAGMENT_REGISTERS = 8  # a 16x16 fragment over a warp's 32 lanes: 8 floats, or 16 halves in 8 registers
 REGISTER_OVERHEAD = 32  # addresses, indices and loop counters beside the fragments
-MAX_REGISTERS = 255
 
 
 def sm_version(target) -> int:
@@ -107,21 +106,6 @@ class TensorCoreTemplate(GPUTemplate):
         threads = self.threads(config)
         if threads > self.max_threads:
             return f"{self.warps(config)} warps ({threads} threads) per block exceed the target's {self.max_threads}"
-        return None
-
-    def shared_memory_rule(self, config: Config) -> str | None:
-        used = self.shared_bytes(config)
-        if used > self.max_shared:
-            return f"{used} bytes of shared memory exceed the target's {self.max_shared} per block"
-        return None
-
-    def register_rule(self, config: Config) -> str | None:
-        per_thread = self.registers(config)
-        if per_thread > MAX_REGISTERS:
-            return f"about {per_thread} registers per thread (fragments) exceed {MAX_REGISTERS}"
-        if per_thread * self.threads(config) > self.block_registers:
-            return (f"about {per_thread} registers x {self.threads(config)} threads exceed "
-                    f"{self.block_registers} per block")
         return None
 
     def schedule(self, sch, config: Config) -> None:

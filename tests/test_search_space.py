@@ -14,8 +14,6 @@ import functools
 import itertools
 import json
 import os
-import shutil
-import subprocess
 import time
 
 import numpy as np
@@ -25,10 +23,10 @@ import tvm
 import search
 from search import Config, InvalidConfig
 from workloads import batch_matmul, conv2d, depthwise_conv2d, matmul
+from tests.nvcc import NVCC, cubin_failures, nvcc_cubin
 
 SEED = 20240611
 CONFIGS = 30
-NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: CUDA kernels cannot be compiled")
 
 CUDA_TARGETS = {
@@ -121,11 +119,6 @@ def test_cpu_configs_compile_and_match_reference(name):
 # --------------------------------------------------------------------------------------- CUDA
 
 
-def nvcc_cubin(source_path: str, arch: str) -> subprocess.CompletedProcess:
-    return subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-o", source_path[:-3] + ".cubin", source_path],
-                          capture_output=True, text=True)
-
-
 @needs_nvcc
 @pytest.mark.parametrize("arch", list(CUDA_TARGETS))
 @pytest.mark.parametrize("name", CUDA_CASES)
@@ -161,12 +154,7 @@ def test_cuda_configs_compile_with_nvcc_and_verify(name, arch, tmp_path):
             path = tmp_path / f"kernel{index}.cu"
             path.write_text(source)
             jobs.append((config, path, pool.submit(nvcc_cubin, str(path), arch)))
-        for config, path, job in jobs:
-            result = job.result()
-            if result.returncode != 0:
-                failures.append(f"{config.id}: nvcc -arch={arch} failed ({path}):\n{result.stderr[-1500:]}")
-            elif not path.with_suffix(".cubin").stat().st_size:
-                failures.append(f"{config.id}: nvcc wrote an empty cubin")
+        failures += cubin_failures(jobs, arch)
     print(f"\n[cuda {arch}] {workload.key}: space size {tpl.space.size}, {len(configs)} configs, "
           f"{len(jobs)} kernels built in {time.perf_counter() - start:.1f} s")
     assert not failures, f"{workload.key} on {arch}: {len(failures)} problems:\n" + "\n".join(failures)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import shutil
-import subprocess
 import time
 
 import numpy as np
@@ -25,11 +23,11 @@ from search.cpu_template import CPUTemplate
 from search.cuda_template import CUDATemplate
 from search.tensorcore_template import TensorCoreTemplate
 from workloads import batch_matmul, conv2d, matmul
+from tests.nvcc import NVCC, cubin_failures, nvcc_cubin
 
 SEED = 20251203
 CONFIGS = 10  # per workload and architecture: nvcc takes about a second a kernel
 SIZE_DRAWS = 1000
-NVCC = shutil.which("nvcc")
 KERNEL_MUST_CONTAIN = (
     ("wmma::mma_sync", "no tensor-core mma"),
     ("wmma::load_matrix_sync", "no fragment load"),
@@ -94,11 +92,6 @@ def test_template_for_keeps_other_templates_elsewhere(workload, target, expected
 # --------------------------------------------------------------------------------- compiling
 
 
-def nvcc_cubin(source_path: str, arch: str) -> subprocess.CompletedProcess:
-    return subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-o", source_path[:-3] + ".cubin", source_path],
-                          capture_output=True, text=True)
-
-
 @needs_nvcc
 @pytest.mark.parametrize("arch", list(CUDA_TARGETS))
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -126,12 +119,7 @@ def test_configs_use_tensor_cores_compile_with_nvcc_and_verify(name, arch, tmp_p
             path = tmp_path / f"kernel{index}.cu"
             path.write_text(source)
             jobs.append((config, path, pool.submit(nvcc_cubin, str(path), arch)))
-        for config, path, job in jobs:
-            result = job.result()
-            if result.returncode != 0:
-                failures.append(f"{config.id}: nvcc -arch={arch} failed ({path}):\n{result.stderr[-1500:]}")
-            elif not path.with_suffix(".cubin").stat().st_size:
-                failures.append(f"{config.id}: nvcc wrote an empty cubin")
+        failures += cubin_failures(jobs, arch)
     print(f"\n[tensorcore {arch}] {tpl.workload.key}: space size {tpl.space.size}, {len(configs)} configs, "
           f"{len(jobs)} kernels built in {time.perf_counter() - start:.1f} s")
     assert not failures, f"{tpl.workload.key} on {arch}: {len(failures)} problems:\n" + "\n".join(failures)
