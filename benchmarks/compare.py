@@ -1,6 +1,7 @@
 """This tuner against MetaSchedule and the vendor libraries, on the same workloads, in one run.
 
     python benchmarks/compare.py                      # the mixed dozen on this CPU, 256 trials
+    python benchmarks/compare.py --resume             # after an interruption: only the missing rows
     python benchmarks/compare.py --target cuda --trials 64 --workloads "matmul(M=1024,N=1024,K=1024,float32)"
 
 For each workload and trial budget the two tuners run one after the other, their order swapped
@@ -372,6 +373,8 @@ def main(argv: list[str] | None = None, workloads_default=MIXED_DOZEN, trials_de
     parser.add_argument("--rounds", type=int, default=3, help="alternating re-timing rounds")
     parser.add_argument("--no-metaschedule", action="store_true", help="this tuner and the vendor libraries only")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows today's JSON already holds and run only the missing ones")
     args = parser.parse_args(argv)
 
     import search
@@ -384,17 +387,21 @@ def main(argv: list[str] | None = None, workloads_default=MIXED_DOZEN, trials_de
               "versions": versions(), "rows": []}
     out = args.out / f"{name}{today}-{target.kind.name}"
     out.parent.mkdir(parents=True, exist_ok=True)
-    index = 0
-    for trials in args.trials:
-        for workload in workloads:
-            print(f"[{index + 1}/{len(workloads) * len(args.trials)}] {workload.key}", flush=True)
-            report["rows"].append(compare(workload, target, trials, args.seed, index % 2 == 0, args.rounds,
-                                          metaschedule=not args.no_metaschedule))
-            index += 1
-            row = report["rows"][-1]
-            print(f"  ours {gflops(row, 'ours'):.1f} GFLOPS, MetaSchedule {gflops(row, 'metaschedule') or 0:.1f}, "
-                  f"torch {gflops(row, 'torch') or 0:.1f}", flush=True)
-            out.with_suffix(".json").write_text(json.dumps(report, indent=1))  # kept after each workload
+    if args.resume and out.with_suffix(".json").exists():
+        report["rows"] = json.loads(out.with_suffix(".json").read_text())["rows"]
+    done = {(r["workload"], r["trials"]) for r in report["rows"]}
+    jobs = [(trials, workload) for trials in args.trials for workload in workloads]
+    for index, (trials, workload) in enumerate(jobs):
+        print(f"[{index + 1}/{len(jobs)}] {workload.key} @{trials}", flush=True)
+        if (workload.key, trials) in done:
+            print("  kept from", out.with_suffix(".json"), flush=True)
+            continue
+        row = compare(workload, target, trials, args.seed, index % 2 == 0, args.rounds,
+                      metaschedule=not args.no_metaschedule)
+        report["rows"].append(row)
+        print(f"  ours {gflops(row, 'ours'):.1f} GFLOPS, MetaSchedule {gflops(row, 'metaschedule') or 0:.1f}, "
+              f"torch {gflops(row, 'torch') or 0:.1f}", flush=True)
+        out.with_suffix(".json").write_text(json.dumps(report, indent=1))  # kept after each workload
     out.with_suffix(".md").write_text(markdown(report))
     plots = plot(report, out)
     print(markdown(report))

@@ -28,6 +28,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tuner.defaults import BATCH_SIZE  # noqa: E402
+
 CHECKPOINTS = (32, 64, 128)
 GOAL = 0.95
 
@@ -65,10 +67,10 @@ def replay(key: str, variant: Variant, seed: int, store, features, base_model, g
     """One replayed run: the best latency after each trial, and when it reached the goal."""
     from cost_model import LightGBMRanker
     from tuner import Session
-    from tuner.replay import ReplayMeasurer
+    from tuner.replay import ReplayRunner
     from workloads import from_key
 
-    measurer = ReplayMeasurer(store)
+    measurer = ReplayRunner(store)
     model = LightGBMRanker(seed=seed, init_model=base_model if variant.pretrained else None)
     session = Session(from_key(key), "llvm", strategy=variant.strategy, model=model, seed=seed, draft=variant.draft,
                       candidates=list(features.rows), extractor=features)
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", default=str(REPO / "cost_model" / "data" / "cpu_dense.jsonl"))
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--max-trials", type=int, default=512, help="a run stops here if it never reaches the goal")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="configs per round (the tuner's default)")
     parser.add_argument("--workloads", nargs="*", help="workload keys (default: every workload of the file)")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="workloads in parallel")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")

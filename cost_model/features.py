@@ -7,6 +7,8 @@ caches; the draft model's terms (`cost_model.draft`) add those.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import numpy as np
@@ -44,8 +46,6 @@ BASE_COLUMNS = slice(0, 2 * len(PER_STORE_NAMES) + 1)  # the PerStoreFeature par
 def _context(target):
     """A TuneContext for the extractor without TuneContext.__init__'s tensor-intrinsic import,
     which costs 15-50 s and is not needed to read features."""
-    import os
-
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule import _ffi_api
     from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
@@ -58,7 +58,11 @@ def _context(target):
 
 
 class FeatureExtractor:
-    """Features of configs of one template; deterministic, `len(FEATURE_NAMES)` columns always."""
+    """Features of configs of one template; deterministic, `len(FEATURE_NAMES)` columns always.
+
+    Schedules are applied on a thread per core: TVM's schedule primitives release the GIL, and
+    applying them is half the cost of a candidate's features (PerStoreFeature is threaded itself).
+    """
 
     def __init__(self, template: Template):
         from tvm.s_tir import meta_schedule as ms
@@ -72,7 +76,9 @@ class FeatureExtractor:
         """The raw (stores x 164) matrix of each config."""
         from tvm.s_tir import meta_schedule as ms
 
-        candidates = [ms.MeasureCandidate(self.template.apply(c), self._args) for c in configs]
+        with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
+            schedules = list(pool.map(self.template.apply, configs))
+        candidates = [ms.MeasureCandidate(sch, self._args) for sch in schedules]
         return [f.numpy() for f in self._extractor.extract_from(self._context, candidates)]
 
     def __call__(self, configs: Sequence[Config]) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 
 from tuner import RecordStore, Session
 from tuner.records import is_ok, median_cost
-from tuner.replay import ReplayMeasurer, trials_to_reach
+from tuner.replay import ReplayRunner, trials_to_reach
 from workloads import from_key
 
 SLICE = Path(__file__).parent / "data" / "replay_slice.jsonl"
@@ -17,7 +17,7 @@ STORE = RecordStore(SLICE)
 
 
 def _run(key: str, strategy: str, seed: int) -> int:
-    measurer = ReplayMeasurer(STORE)
+    measurer = ReplayRunner(STORE)
     best = min(median_cost(r) for r in STORE.select(key) if is_ok(r))
     session = Session(from_key(key), "llvm", strategy=strategy, seed=seed, pretrained=False,
                       candidates=measurer.configs(key))
@@ -35,7 +35,7 @@ def test_replay_repeats_exactly_and_counts_saved_time():
     key = sorted(STORE.workloads())[0]
     runs = []
     for _ in range(2):
-        measurer = ReplayMeasurer(STORE)
+        measurer = ReplayRunner(STORE)
         session = Session(from_key(key), "llvm", seed=3, pretrained=False, candidates=measurer.configs(key))
         for _ in range(2):
             configs = session.ask(6)

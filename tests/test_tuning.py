@@ -81,6 +81,20 @@ def test_seeded_runs_repeat(strategy):
     assert len({c for batch in asked[0] for c in batch}) == 12  # never the same config twice
 
 
+@pytest.mark.parametrize("agrees", [True, False])
+def test_draft_prunes_only_while_it_ranks_the_measurements_well(agrees):
+    session = Session(WORKLOAD, "llvm", seed=3, pretrained=False)
+    configs = session.template.space.sample(np.random.default_rng(3), 16)
+    results = _fake_results(session, configs)
+    if not agrees:  # the slowest by the draft measured fastest
+        results = [MeasureResult([1e-6 / r.latency]) for r in results]
+    session.tell(configs, results)
+    assert session.draft_trusted is agrees
+    pool = session.template.space.sample(np.random.default_rng(4), 40)
+    scored = np.isfinite(session.score(pool)).sum()
+    assert scored == (12 if agrees else 40)  # 30% of the pool pass the draft, or all of it
+
+
 def test_bad_input_gets_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="trials"):
         tune(WORKLOAD, trials=0, progress=False)

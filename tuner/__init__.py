@@ -13,7 +13,7 @@ _EXPORTS = {
     "Session": "session", "TuneResult": "result", "Kernel": "result", "Measurer": "measurer",
     "LocalBuilder": "builder", "LocalRunner": "runner", "RPCRunner": "runner",
     "RecordStore": "records", "RecordError": "records", "ErrorKind": "measure_result",
-    "MeasureResult": "measure_result",
+    "MeasureResult": "measure_result", "ReplayRunner": "replay",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

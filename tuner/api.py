@@ -13,6 +13,7 @@ import numpy as np
 from search import Config, resolve_target, target_key
 from workloads import Suite, Workload
 
+from .defaults import BATCH_SIZE
 from .measurer import Measurer
 from .records import RecordError, RecordStore
 from .result import Kernel, TuneResult
@@ -76,7 +77,7 @@ def _result(session: Session) -> TuneResult:
 
 def tune(workload: Workload, target: Any = "llvm", *, trials: int = 64, records: str | None = None, seed: int = 0,
          strategy: str = "evolutionary", model: str = "lightgbm", pretrained: bool = True, progress: bool = True,
-         time_budget_s: float | None = None, early_stopping: int | None = None, batch_size: int = 16,
+         time_budget_s: float | None = None, early_stopping: int | None = None, batch_size: int = BATCH_SIZE,
          measurer: Measurer | None = None) -> TuneResult:
     """Tune one workload; stops at `trials`, at `time_budget_s`, or after `early_stopping` trials
     without improvement. Ctrl-C stops it too, with every finished measurement saved."""
@@ -142,7 +143,7 @@ class SuiteResult:
 
 def tune_suite(suite: Suite, target: Any = "llvm", *, trials: int = 2000, records: str | None = None,
                seed: int = 0, strategy: str = "evolutionary", model: str = "lightgbm", pretrained: bool = True,
-               progress: bool = True, batch_size: int = 16, measurer: Measurer | None = None) -> SuiteResult:
+               progress: bool = True, batch_size: int = BATCH_SIZE, measurer: Measurer | None = None) -> SuiteResult:
     """Share `trials` over the suite's workloads and one cost model.
 
     After one batch each, the next batch goes to the workload whose weighted latency is expected

@@ -30,6 +30,7 @@ class UsageError(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .defaults import BATCH_SIZE
     from .version import __version__
 
     parser = argparse.ArgumentParser(prog="autotune", description="Learning-based tuner for matmul and conv kernels.")
@@ -44,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--strategy", default="evolutionary", choices=["evolutionary", "annealing", "random"])
         p.add_argument("--model", default="lightgbm", help="lightgbm, torch, or a saved model file (.txt, .pt)")
         p.add_argument("--no-pretrained", action="store_true", help="start from an untrained model")
-        p.add_argument("--batch-size", type=int, default=16)
+        p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=f"configs measured per round (default {BATCH_SIZE})")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
         p.add_argument("--json", action="store_true", help="print the result as JSON")
 

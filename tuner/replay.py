@@ -1,4 +1,4 @@
-"""`ReplayMeasurer`: answers measurement requests from a record file instead of hardware.
+"""`ReplayRunner`: answers measurement requests from a record file instead of hardware.
 
 Paired with a session whose space is restricted to the recorded configs, a whole tuning run
 (strategy, draft model, cost model, retraining) replays in seconds and exactly repeats; it
@@ -18,8 +18,8 @@ from .records import RecordStore, config_id
 DEFAULT_MEASURE_S = 1.0  # assumed per candidate when a record does not say how long it took
 
 
-class ReplayMeasurer:
-    """Same `measure` as `Measurer`; a config that was never recorded is a run_error."""
+class ReplayRunner:
+    """Stands in for the whole `Measurer` (same `measure`); a config never recorded is a run_error."""
 
     def __init__(self, records: str | RecordStore):
         store = records if isinstance(records, RecordStore) else RecordStore(records)
@@ -53,14 +53,14 @@ class ReplayMeasurer:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "ReplayMeasurer":
+    def __enter__(self) -> "ReplayRunner":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-def trials_to_reach(session, measurer: ReplayMeasurer, goal_latency: float, batch_size: int = 8,
+def trials_to_reach(session, measurer: ReplayRunner, goal_latency: float, batch_size: int = 8,
                     max_trials: int | None = None) -> int:
     """Trials a session needs until its best latency is within `goal_latency` (max_trials if never)."""
     limit = max_trials or session.template.space.size

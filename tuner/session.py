@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from cost_model import FeatureExtractor, draft_score
+from cost_model.metrics import group_metrics
 from search import Config, template_for, target_key
 from search.restricted import RestrictedSpace
 from search.strategies import make_strategy
@@ -22,6 +23,8 @@ from .records import RecordError, RecordStore, make_record
 from .training import TrainingData
 
 DRAFT_KEEP = 0.3  # fraction of the draft model's ranking that the learned model scores (features cost most)
+DRAFT_TRUST = 0.2  # the draft prunes while its ranking of this workload's measurements agrees this well (Spearman)
+DRAFT_JUDGED_AFTER = 8  # measured configs before the draft's agreement is judged
 
 
 class Session:
@@ -65,6 +68,8 @@ class Session:
         self._predicted: dict[Config, float] = {}
         self._features: dict[Config, np.ndarray] = {}
         self._recorded: set[Config] = set()
+        self._drafts: dict[Config, float] = {}
+        self.draft_trusted = True
         self._resume()
 
     # ----------------------------------------------------------------------------------- state
@@ -90,6 +95,7 @@ class Session:
         if configs and self.learned:
             self.training.add(self.workload.key, self.extractor(configs), [self._throughput(l) for l in latencies])
             self.training.fit(self.model)
+            self._judge_draft()
 
     def _throughput(self, latency: float) -> float:
         return self.workload.flops / latency if np.isfinite(latency) and latency > 0 else 0.0
@@ -105,15 +111,30 @@ class Session:
 
     # ----------------------------------------------------------------------------------- ask
 
+    def _draft_scores(self, configs: Sequence[Config]) -> np.ndarray:
+        for config in configs:
+            if config not in self._drafts:
+                self._drafts[config] = draft_score(self.template, config)
+        return np.array([self._drafts[c] for c in configs])
+
+    def _judge_draft(self) -> None:
+        """Keep pruning with the draft only while it ranks this workload's measured configs well:
+        an analytic model can be blind to what limits a kernel (a memory-bound depthwise conv)."""
+        ok = [c for c, latency in self.measured.items() if np.isfinite(latency)]
+        if len(ok) >= DRAFT_JUDGED_AFTER:
+            throughputs = np.array([self._throughput(self.measured[c]) for c in ok])
+            agreement = group_metrics(self._draft_scores(ok), throughputs)["spearman"]
+            self.draft_trusted = bool(agreement >= DRAFT_TRUST)
+
     def score(self, configs: Sequence[Config]) -> np.ndarray:
         """Draft-then-verify: the draft model prunes, the learned model ranks the survivors."""
         configs = list(configs)
         if not configs:
             return np.zeros(0)
-        drafts = np.array([draft_score(self.template, c) for c in configs])
+        drafts = self._draft_scores(configs)
         scores = np.full(len(configs), -np.inf)
         keep = np.arange(len(configs))
-        if self.draft and len(configs) > 8:
+        if self.draft and self.draft_trusted and len(configs) > 8:
             keep = np.argsort(-drafts, kind="stable")[: max(8, int(len(configs) * DRAFT_KEEP))]
         learned = self.model.predict(self.features([configs[i] for i in keep]))
         scores[keep] = learned + 1e-6 * drafts[keep]  # the draft breaks ties of an untrained model
@@ -177,6 +198,7 @@ class Session:
             self.training.add(self.workload.key, self.features(list(configs)),
                               [self._throughput(r.latency) for r in results])
             self.training.fit(self.model)
+            self._judge_draft()
         self.round += 1
 
     def errors(self) -> dict[str, int]:
