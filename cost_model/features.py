@@ -72,12 +72,15 @@ class FeatureExtractor:
         self._context = _context(template.target)
         self._args = ms.arg_info.ArgInfo.from_prim_func(template.prim_func)
 
-    def per_store(self, configs: Sequence[Config]) -> list[np.ndarray]:
-        """The raw (stores x 164) matrix of each config."""
+    def apply(self, configs: Sequence[Config]) -> list:
+        """The scheduled programs of `configs`, in order."""
+        with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
+            return list(pool.map(self.template.apply, configs))
+
+    def stores_of(self, schedules: Sequence) -> list[np.ndarray]:
+        """The raw (stores x 164) `PerStoreFeature` matrix of each scheduled program."""
         from tvm.s_tir import meta_schedule as ms
 
-        with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
-            schedules = list(pool.map(self.template.apply, configs))
         candidates = [ms.MeasureCandidate(sch, self._args) for sch in schedules]
         return [f.numpy() for f in self._extractor.extract_from(self._context, candidates)]
 
@@ -85,7 +88,7 @@ class FeatureExtractor:
         if not configs:
             return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
         rows = []
-        for config, stores in zip(configs, self.per_store(configs)):
+        for config, stores in zip(configs, self.stores_of(self.apply(configs))):
             stores = stores if len(stores) else np.zeros((1, len(PER_STORE_NAMES)))
             draft = draft_features(self.template, config)
             rows.append(np.concatenate([stores.max(axis=0), stores.sum(axis=0), [np.log2(len(stores))],

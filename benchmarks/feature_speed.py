@@ -1,0 +1,60 @@
+"""How long features take: schedule application, TVM's PerStoreFeature, and our added terms.
+
+    python benchmarks/feature_speed.py --candidates 1000
+For matmul 512^3 and a ResNet-50 3x3 conv, times `FeatureExtractor` on random candidates of the
+CPU space (all cores, as the tuner runs it) and splits the time into its parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+WORKLOADS = ("matmul(M=512,N=512,K=512,float32)",
+             "conv2d(N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1,epilogue=bias_relu,float32)")
+
+
+def timed(function, *args):
+    """(what `function(*args)` returns, seconds it took)"""
+    started = time.perf_counter()
+    value = function(*args)
+    return value, time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--candidates", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    from cost_model import FeatureExtractor
+    from cost_model.draft import draft_features
+    from search import template_for
+    from workloads import from_key
+
+    print(f"{len(os.sched_getaffinity(0))} cores; {args.candidates} random candidates per workload\n")
+    print("| workload | all features, s | apply schedules (threads), s | PerStoreFeature, s | draft terms, s |")
+    print("|---|---|---|---|---|")
+    for key in WORKLOADS:
+        template = template_for(from_key(key), "llvm")
+        extractor = FeatureExtractor(template)
+        configs = template.space.sample(np.random.default_rng(args.seed), args.candidates)
+        extractor(configs[:8])  # first-call costs out of the way
+        _, total = timed(extractor, configs)
+        schedules, apply_s = timed(extractor.apply, configs)
+        _, per_store_s = timed(extractor.stores_of, schedules)
+        _, draft_s = timed(lambda: [draft_features(template, c) for c in configs])
+        print(f"| {key} | {total:.2f} | {apply_s:.2f} | {per_store_s:.2f} | {draft_s:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
