@@ -112,6 +112,7 @@ class Session:
     # ----------------------------------------------------------------------------------- ask
 
     def _draft_scores(self, configs: Sequence[Config]) -> np.ndarray:
+        """The draft model's scores, each config's computed once (searches revisit many configs)."""
         for config in configs:
             if config not in self._drafts:
                 self._drafts[config] = draft_score(self.template, config)
