@@ -76,8 +76,6 @@ class CPUTemplate(Template):
 
     def schedule(self, sch, config: Config) -> None:
         s = self.structure
-        if s.pad_block:
-            sch.compute_inline(sch.get_sblock(s.pad_block))
         block = sch.get_sblock(s.main_block)
         vec = self.vector_axis(config)
         axis_loops = dict(zip(range(len(s.extents)), sch.get_loops(block)))
@@ -88,6 +86,8 @@ class CPUTemplate(Template):
                   [split[a][1] for a in s.reduce], [split[a][3] for a in inner_order]]
         sch.reorder(*[loop for level in levels for loop in level])
         writeback = sch.cache_write(block, 0, "global")
+        if vec != s.spatial[-1]:
+            self.contiguous_accumulator(sch, block, [s.spatial.index(a) for a in inner_order])
         if s.epilogue_block:
             sch.reverse_compute_inline(sch.get_sblock(s.epilogue_block))
         outer = sch.fuse(*levels[0])
@@ -99,8 +99,6 @@ class CPUTemplate(Template):
             sch.annotate(outer, "pragma_unroll_explicit", 1)
         self.vectorize_innermost(sch, levels[5][-1])
         sch.decompose_reduction(block, levels[2][0])
-        if vec != s.spatial[-1]:
-            self.contiguous_accumulator(sch, block, [s.spatial.index(a) for a in inner_order])
         writeback_loops = sch.get_loops(writeback)
         attach_depth = 1 if config["write_at"] == 0 else 1 + len(s.spatial)
         # the write-back has loops of its own below the attach point: vectorize its innermost one,

@@ -81,8 +81,6 @@ class CUDATemplate(GPUTemplate):
 
     def schedule(self, sch, config: Config) -> None:
         s = self.structure
-        if s.pad_block:
-            sch.compute_inline(sch.get_sblock(s.pad_block))
         block = sch.get_sblock(s.main_block)
         sources = [region.source.name for region in sch.get(block).reads]  # padding inlined: data, not pad
         loops = sch.get_loops(block)

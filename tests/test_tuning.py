@@ -82,7 +82,7 @@ def test_seeded_runs_repeat(strategy):
 
 
 @pytest.mark.parametrize("agrees", [True, False])
-def test_draft_prunes_only_while_it_ranks_the_measurements_well(agrees):
+def test_draft_prunes_hard_only_while_it_ranks_the_measurements_well(agrees):
     session = Session(WORKLOAD, "llvm", seed=3, pretrained=False)
     configs = session.template.space.sample(np.random.default_rng(3), 16)
     results = _fake_results(session, configs)
@@ -92,7 +92,7 @@ def test_draft_prunes_only_while_it_ranks_the_measurements_well(agrees):
     assert session.draft_trusted is agrees
     pool = session.template.space.sample(np.random.default_rng(4), 40)
     scored = np.isfinite(session.score(pool)).sum()
-    assert scored == (12 if agrees else 40)  # 30% of the pool pass the draft, or all of it
+    assert scored == (12 if agrees else 24)  # 30% of the pool pass the draft, or 60% of it
 
 
 def test_bad_input_gets_clear_errors(tmp_path):

@@ -23,7 +23,8 @@ from .records import RecordError, RecordStore, make_record
 from .training import TrainingData
 
 DRAFT_KEEP = 0.3  # fraction of the draft model's ranking that the learned model scores (features cost most)
-DRAFT_TRUST = 0.2  # the draft prunes while its ranking of this workload's measurements agrees this well (Spearman)
+DRAFT_TRUST = 0.2  # the draft prunes that hard while its ranking of this workload's measurements agrees this well
+DRAFT_KEEP_DOUBTED = 0.6  # and keeps this fraction when it does not (Spearman below DRAFT_TRUST)
 DRAFT_JUDGED_AFTER = 8  # measured configs before the draft's agreement is judged
 
 
@@ -119,8 +120,12 @@ class Session:
         return np.array([self._drafts[c] for c in configs])
 
     def _judge_draft(self) -> None:
-        """Keep pruning with the draft only while it ranks this workload's measured configs well:
-        an analytic model can be blind to what limits a kernel (a memory-bound depthwise conv)."""
+        """Prune hard with the draft only while it ranks this workload's measured configs well: an
+        analytic model can be blind to what limits a kernel (a memory-bound depthwise conv).
+
+        The measured configs passed the draft's cut, so its ranking among them is often weak even
+        where the cut helps; a doubted draft therefore still prunes, loosely, which keeps the cost
+        of features bounded (not pruning at all tripled them on a ResNet-50 conv)."""
         ok = [c for c, latency in self.measured.items() if np.isfinite(latency)]
         if len(ok) >= DRAFT_JUDGED_AFTER:
             throughputs = np.array([self._throughput(self.measured[c]) for c in ok])
@@ -135,8 +140,9 @@ class Session:
         drafts = self._draft_scores(configs)
         scores = np.full(len(configs), -np.inf)
         keep = np.arange(len(configs))
-        if self.draft and self.draft_trusted and len(configs) > 8:
-            keep = np.argsort(-drafts, kind="stable")[: max(8, int(len(configs) * DRAFT_KEEP))]
+        if self.draft and len(configs) > 8:
+            fraction = DRAFT_KEEP if self.draft_trusted else DRAFT_KEEP_DOUBTED
+            keep = np.argsort(-drafts, kind="stable")[: max(8, int(len(configs) * fraction))]
         learned = self.model.predict(self.features([configs[i] for i in keep]))
         scores[keep] = learned + 1e-6 * drafts[keep]  # the draft breaks ties of an untrained model
         return scores
