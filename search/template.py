@@ -50,11 +50,18 @@ class Template(ABC):
         config = config if isinstance(config, Config) else Config(config)
         return self.unchecked_apply(self.space.check(config))
 
+    @functools.cached_property
+    def _blank_schedule(self):
+        """The unscheduled program; copying it costs about a hundredth of building a schedule."""
+        from tvm import s_tir
+
+        return s_tir.Schedule(self.prim_func, error_render_level="none")
+
     def unchecked_apply(self, config: Config):
         """`apply` without the space's rules (which may themselves need the program)."""
         from tvm import s_tir
 
-        sch = s_tir.Schedule(self.prim_func, error_render_level="none")
+        sch = self._blank_schedule.copy()
         try:
             self.schedule(UncheckedSchedule(sch), config)
         except s_tir.ScheduleError:
