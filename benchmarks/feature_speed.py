@@ -2,7 +2,8 @@
 
     python benchmarks/feature_speed.py --candidates 1000
 For matmul 512^3 and a ResNet-50 3x3 conv, times `FeatureExtractor` on random candidates of the
-CPU space (all cores, as the tuner runs it) and splits the time into its parts.
+CPU space (all cores, as the tuner runs it) and splits the time into its parts. Each figure is the
+median of `--repeats` timings: one timing on a shared machine swings by a fifth.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--candidates", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
 
     from cost_model import FeatureExtractor
@@ -40,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     from search import template_for
     from workloads import from_key
 
-    print(f"{len(os.sched_getaffinity(0))} cores; {args.candidates} random candidates per workload\n")
+    print(f"{len(os.sched_getaffinity(0))} cores; {args.candidates} random candidates per workload; "
+          f"median of {args.repeats} timings\n")
     print("| workload | all features, s | apply schedules (threads), s | PerStoreFeature, s | draft terms, s |")
     print("|---|---|---|---|---|")
     for key in WORKLOADS:
@@ -48,11 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         extractor = FeatureExtractor(template)
         configs = template.space.sample(np.random.default_rng(args.seed), args.candidates)
         extractor(configs[:8])  # first-call costs out of the way
-        _, total = timed(extractor, configs)
-        schedules, apply_s = timed(extractor.apply, configs)
-        _, per_store_s = timed(extractor.stores_of, schedules)
-        _, draft_s = timed(lambda: [draft_features(template, c) for c in configs])
-        print(f"| {key} | {total:.2f} | {apply_s:.2f} | {per_store_s:.2f} | {draft_s:.2f} |", flush=True)
+        seconds = []
+        for _ in range(args.repeats):
+            _, total = timed(extractor, configs)
+            schedules, apply_s = timed(extractor.apply, configs)
+            _, per_store_s = timed(extractor.stores_of, schedules)
+            _, draft_s = timed(lambda: [draft_features(template, c) for c in configs])
+            seconds.append((total, apply_s, per_store_s, draft_s))
+        print(f"| {key} | " + " | ".join(f"{s:.2f}" for s in np.median(seconds, axis=0)) + " |", flush=True)
     return 0
 
 
