@@ -18,16 +18,10 @@ from pathlib import Path
 import numpy as np
 
 
-KEYS = ("pairwise_accuracy", "spearman", "top1", "top5")
-
-
-def mean_over_workloads(per_workload: dict) -> dict:
-    return {**{k: float(np.mean([m[k] for m in per_workload.values()])) for k in KEYS}, "per_workload": per_workload}
-
-
 def evaluate(dataset, make_model, columns) -> dict:
     """Each workload ranked by a model trained on the others only."""
     from cost_model import dataset_metrics, split_by_workload
+    from cost_model.metrics import mean_over_workloads
 
     per_workload = {}
     for held_out in dataset.workloads:
@@ -40,7 +34,7 @@ def evaluate(dataset, make_model, columns) -> dict:
 
 def same_workload(dataset, make_model, train_fraction: float = 0.7, seed: int = 0) -> dict:
     """Each workload ranked on its other 30% by a model trained on 70% of its own records."""
-    from cost_model.metrics import group_metrics
+    from cost_model.metrics import group_metrics, mean_over_workloads
 
     per_workload = {}
     bounds = np.concatenate([[0], np.cumsum(dataset.groups)])
@@ -55,7 +49,7 @@ def same_workload(dataset, make_model, train_fraction: float = 0.7, seed: int = 
 
 def repeat_agreement(records) -> dict:
     """The first timing repeat of each config ranking the configs by their second repeat."""
-    from cost_model.metrics import group_metrics
+    from cost_model.metrics import group_metrics, mean_over_workloads
     from tuner.records import is_ok
 
     repeats: dict[str, list] = {}

@@ -31,15 +31,19 @@ def group_metrics(scores: np.ndarray, throughputs: np.ndarray) -> dict[str, floa
             "top1": float(throughputs[order[:1]].max() / best), "top5": float(throughputs[order[:5]].max() / best)}
 
 
-def dataset_metrics(model, dataset: Dataset) -> dict:
-    """Metrics per workload and their mean (every workload weighs the same)."""
-    scores = model.predict(dataset.features)
-    bounds = np.concatenate([[0], np.cumsum(dataset.groups)])
-    per_workload = {w: group_metrics(scores[lo:hi], dataset.throughputs[lo:hi])
-                    for w, lo, hi in zip(dataset.workloads, bounds[:-1], bounds[1:])}
+def mean_over_workloads(per_workload: Mapping[str, Mapping[str, float]]) -> dict:
+    """Each metric's mean over the workloads (every workload weighs the same), and `per_workload`."""
     overall = {k: float(np.nanmean([m[k] for m in per_workload.values()])) for k in
                ("pairwise_accuracy", "spearman", "top1", "top5")}
-    return {**overall, "per_workload": per_workload}
+    return {**overall, "per_workload": dict(per_workload)}
+
+
+def dataset_metrics(model, dataset: Dataset) -> dict:
+    """Metrics per workload and their mean."""
+    scores = model.predict(dataset.features)
+    bounds = np.concatenate([[0], np.cumsum(dataset.groups)])
+    return mean_over_workloads({w: group_metrics(scores[lo:hi], dataset.throughputs[lo:hi])
+                                for w, lo, hi in zip(dataset.workloads, bounds[:-1], bounds[1:])})
 
 
 def ranking_metrics(model, records: Iterable[Mapping]) -> dict:
