@@ -8,6 +8,8 @@ import numpy as np
 
 from .base import DataBuffer, check_data, relevance
 
+QUERY_ROWS = 128
+
 
 class LightGBMRanker:
     """Ranks candidates within a workload; `init_model` (a path or a fitted ranker) is transfer:
@@ -43,8 +45,25 @@ class LightGBMRanker:
     def params(self) -> dict:
         return {"objective": "lambdarank", "learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
                 "min_data_in_leaf": self.min_data_in_leaf, "seed": self.seed, "deterministic": True,
-                "num_threads": 1, "verbose": -1, "lambdarank_truncation_level": 32,
-                "label_gain": list(range(32)), "feature_pre_filter": False}
+                "num_threads": 1, "verbose": -1, "label_gain": list(range(32)), "feature_pre_filter": False,
+                "lambdarank_truncation_level": QUERY_ROWS}
+
+    def _queries(self, groups: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """Rows in random order within each group, cut into LightGBM queries of `QUERY_ROWS` or fewer.
+
+        LambdaRank's cost grows with the square of a query's rows it looks at: a 3,000-row group
+        took 3 s to fit whole. Random queries of 128 rows, with every pair of each counted, ranked
+        held-out workloads as well as whole groups (pairwise 0.70) and fit in a tenth of the time.
+        """
+        rng = np.random.default_rng(self.seed)
+        order, queries, start = [], [], 0
+        for size in groups:
+            rows = start + rng.permutation(size)
+            for first in range(0, size, QUERY_ROWS):
+                order.append(rows[first:first + QUERY_ROWS])
+                queries.append(len(order[-1]))
+            start += size
+        return np.concatenate(order), queries
 
     def fit(self, features, throughputs, groups) -> "LightGBMRanker":
         """Train on this data only (plus the transferred trees)."""
@@ -60,7 +79,8 @@ class LightGBMRanker:
         if merged is None:
             return self
         x, y, g = merged
-        dataset = lightgbm.Dataset(x, relevance(y, g), group=g, free_raw_data=True)
+        order, queries = self._queries(g)
+        dataset = lightgbm.Dataset(x[order], relevance(y, g)[order], group=queries, free_raw_data=True)
         self.booster_ = lightgbm.train(self.params, dataset, num_boost_round=self.num_boost_round,
                                        init_model=self.base_booster_, keep_training_booster=False)
         return self

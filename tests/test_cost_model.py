@@ -11,6 +11,7 @@ import search
 import workloads
 from cost_model import (FEATURE_NAMES, FeatureExtractor, LightGBMRanker, TorchRanker, dataset_metrics,
                         load_pretrained, ranking_metrics, records_to_dataset, split_by_workload)
+from cost_model.base import relevance
 from tuner import RecordStore
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "cost_model" / "data"
@@ -40,15 +41,23 @@ def test_committed_data_has_enough_measurements(dataset):
     assert len(successful) >= 2000 and len({r["workload"] for r in successful}) >= 8
 
 
-@pytest.mark.parametrize("make", [LightGBMRanker, TorchRanker], ids=["lightgbm", "torch"])
-def test_rankers_beat_random_on_held_out_workloads(dataset, make):
+@pytest.mark.parametrize("make, floor", [(LightGBMRanker, 0.60), (TorchRanker, 0.56)], ids=["lightgbm", "torch"])
+def test_rankers_beat_random_on_held_out_workloads(dataset, make, floor):
     scores = []
     for held_out in dataset.workloads:
         train, test = split_by_workload(dataset, [held_out])
         model = make().fit(train.features, train.throughputs, train.groups)
         scores.append(dataset_metrics(model, test)["pairwise_accuracy"])
     # A random ranker scores 0.5; each workload is ranked by a model that never saw it.
-    assert np.mean(scores) >= 0.56, scores
+    assert np.mean(scores) >= floor, scores
+
+
+def test_relevance_grades_are_rank_quantiles_within_each_group():
+    throughputs = np.array([0.0, 5.0, 3.0, 3.0, 10.0, 1.0, 2.0, 1.0, 4.0])
+    grades = relevance(throughputs, np.array([6, 3]), levels=10)
+    # group one: failed -> 0; the tied 3.0s share their mean rank (2.5 of 5); the best -> 10
+    np.testing.assert_array_equal(grades[:6], [0, 8, 5, 5, 10, 2])
+    np.testing.assert_array_equal(grades[6:], [5, 0, 10])  # each group graded on its own
 
 
 def test_ranking_metrics_reads_records_and_reports_per_workload(dataset):
