@@ -33,6 +33,9 @@ def retest(store, key: str, count: int, seed: int, measurer) -> dict:
     from tuner.records import is_ok, median_cost
 
     records = [r for r in store.select(key) if is_ok(r) and len(r["costs"]) >= 2]
+    if not records:
+        raise SystemExit(f"{key}: no successful records with two timing repeats in the file")
+    records = [r for r in records if r["target"] == records[0]["target"]]  # one target's timings compare
     picked = [records[i] for i in np.random.default_rng(seed).permutation(len(records))[:count]]
     target = str(target_from_key(picked[0]["target"]))
     started = time.monotonic()
