@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 def retest(store, key: str, count: int, seed: int, measurer) -> dict:
     """Recorded against fresh throughputs of `count` random successful configs of `key`."""
-    from cost_model.metrics import group_metrics
+    from cost_model.metrics import group_metrics, repeat_agreement
     from search import Config
     from search.targets import target_from_key
     from tuner.records import is_ok, median_cost
@@ -43,9 +43,8 @@ def retest(store, key: str, count: int, seed: int, measurer) -> dict:
     fresh = np.array([1 / r.latency if r.ok else 0.0 for r in results])
     recorded = np.array([1 / median_cost(r) for r in picked])
     ok = fresh > 0
-    first, second = (1 / np.array([r["costs"][:2] for r in picked])).T
     again = group_metrics(recorded[ok], fresh[ok])
-    repeats = group_metrics(first, second)
+    repeats = repeat_agreement(picked)["per_workload"][key]
     return {"configs": int(ok.sum()), "seconds": time.monotonic() - started,
             "recorded_vs_fresh": {k: again[k] for k in ("pairwise_accuracy", "spearman")},
             "repeat_vs_repeat": {k: repeats[k] for k in ("pairwise_accuracy", "spearman")}}

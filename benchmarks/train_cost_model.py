@@ -47,22 +47,6 @@ def same_workload(dataset, make_model, train_fraction: float = 0.7, seed: int = 
     return mean_over_workloads(per_workload)
 
 
-def repeat_agreement(records) -> dict:
-    """The first timing repeat of each config ranking the configs by their second repeat."""
-    from cost_model.metrics import group_metrics, mean_over_workloads
-    from tuner.records import is_ok
-
-    repeats: dict[str, list] = {}
-    for record in records:
-        if is_ok(record) and len(record["costs"]) >= 2:
-            repeats.setdefault(record["workload"], []).append(record["costs"][:2])
-    per_workload = {}
-    for workload, costs in repeats.items():
-        first, second = 1 / np.array(costs).T
-        per_workload[workload] = group_metrics(first, second)
-    return mean_over_workloads(per_workload)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default="cost_model/data/cpu_dense.jsonl")
@@ -72,6 +56,7 @@ def main() -> None:
 
     from cost_model import FEATURE_NAMES, LightGBMRanker, TorchRanker, records_to_dataset
     from cost_model.features import BASE_COLUMNS
+    from cost_model.metrics import repeat_agreement
     from cost_model.pretrained import pretrained_path
     from tuner import RecordStore
 

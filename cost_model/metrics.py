@@ -46,6 +46,20 @@ def dataset_metrics(model, dataset: Dataset) -> dict:
                                 for w, lo, hi in zip(dataset.workloads, bounds[:-1], bounds[1:])})
 
 
+def repeat_agreement(records: Iterable[Mapping]) -> dict:
+    """How well each successful record's first timing repeat ranks the records by their second,
+    per workload and their mean: what back-to-back measurement noise alone allows."""
+    repeats: dict[str, list] = {}
+    for record in records:
+        if record.get("error") == "none" and len(record.get("costs") or []) >= 2:
+            repeats.setdefault(record["workload"], []).append(record["costs"][:2])
+    per_workload = {}
+    for workload, costs in repeats.items():
+        first, second = 1 / np.array(costs).T
+        per_workload[workload] = group_metrics(first, second)
+    return mean_over_workloads(per_workload)
+
+
 def ranking_metrics(model, records: Iterable[Mapping]) -> dict:
     """`records`: a RecordStore or any iterable of record dicts."""
     return dataset_metrics(model, records_to_dataset(records))
