@@ -2,7 +2,8 @@
 
 The records train the shipped cost model and serve the replay benchmarks:
     python benchmarks/collect.py --per-workload 250 --records cost_model/data/cpu_random.jsonl
-    python benchmarks/collect.py --dense --per-workload 1000 --records cost_model/data/cpu_dense.jsonl
+    python benchmarks/collect.py --set dense --per-workload 1000 --records cost_model/data/cpu_dense.jsonl
+    python benchmarks/collect.py --set transfer --per-workload 300 --seed 1 --records cost_model/data/cpu_transfer.jsonl
 Interrupt it at any time; run it again to continue where it stopped.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections import Counter
 
 import numpy as np
 
@@ -34,18 +36,48 @@ DENSE_WORKLOADS = (
     "batch_matmul(B=12,M=128,N=128,K=64,transpose_b=True,float32)",
 )
 
+# Training-only workloads: other layers of the suites and shapes around them. None is a workload
+# of the dense set, so that every dense workload can be held out of training entirely, nor one of
+# vs_metaschedule.py's, so that the shipped model has never seen a workload it is compared on.
+TRANSFER_WORKLOADS = (
+    "matmul(M=128,N=2304,K=768,transpose_b=True,epilogue=bias,float32)",
+    "matmul(M=1,N=4096,K=4096,transpose_b=True,float32)",
+    "matmul(M=64,N=1024,K=256,float32)",
+    "matmul(M=384,N=128,K=1024,transpose_b=True,epilogue=relu,float32)",
+    "batch_matmul(B=12,M=128,N=64,K=128,float32)",
+    "batch_matmul(B=8,M=256,N=256,K=64,transpose_b=True,float32)",
+    "batch_matmul(B=4,M=64,N=512,K=128,float32)",
+    "conv2d(N=1,C=256,H=28,W=28,K=256,R=3,S=3,stride=2,padding=1,epilogue=bias_relu,float32)",
+    "conv2d(N=1,C=512,H=7,W=7,K=512,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
+    "conv2d(N=1,C=64,H=56,W=56,K=256,R=1,S=1,epilogue=bias,float32)",
+    "conv2d(N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1,layout=NHWC,float32)",
+    "conv2d(N=1,C=256,H=14,W=14,K=256,R=3,S=3,padding=1,layout=NHWC,epilogue=bias_relu,float32)",
+    "conv2d(N=1,C=128,H=28,W=28,K=512,R=1,S=1,layout=NHWC,float32)",
+    "depthwise_conv2d(N=1,C=32,H=112,W=112,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
+    "depthwise_conv2d(N=1,C=192,H=28,W=28,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
+    "depthwise_conv2d(N=1,C=96,H=112,W=112,R=3,S=3,stride=2,padding=1,epilogue=bias_relu,float32)",
+    "depthwise_conv2d(N=1,C=576,H=14,W=14,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
+)
+
+WORKLOAD_SETS = {"random": DATASET_WORKLOADS, "dense": DENSE_WORKLOADS, "transfer": TRANSFER_WORKLOADS}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default="cost_model/data/cpu_random.jsonl")
     parser.add_argument("--per-workload", type=int, default=250)
-    parser.add_argument("--workloads", nargs="*", help="workload keys (default: the cost-model set)")
-    parser.add_argument("--dense", action="store_true", help="the replay set of six workloads")
+    parser.add_argument("--workloads", nargs="*", help="workload keys (default: those of --set)")
+    parser.add_argument("--set", choices=WORKLOAD_SETS, default="random",
+                        help="random: the first cost-model set; dense: the replay set of six workloads; "
+                             "transfer: training-only workloads")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--passes", type=int, default=1,
+                        help="timings per config, each pass over all configs in a new order (a noisy host "
+                             "only slows kernels down: the dataset keeps each config's fastest)")
     args = parser.parse_args()
 
-    keys = args.workloads or list(DENSE_WORKLOADS if args.dense else DATASET_WORKLOADS)
+    keys = args.workloads or list(WORKLOAD_SETS[args.set])
 
     from tqdm.auto import tqdm
 
@@ -56,23 +88,37 @@ def main() -> None:
 
     store = RecordStore(args.records)
     templates = {key: template_for(from_key(key), "llvm") for key in keys}
-    done = {key: {Config.from_json(r["config"]) for r in store.select(key, target_key(t.target))}
-            for key, t in templates.items()}
-    rngs = {key: np.random.default_rng([args.seed, index, len(done[key])]) for index, key in enumerate(keys)}
-    total = args.per_workload * len(keys)
-    bar = tqdm(total=total, initial=sum(min(len(d), args.per_workload) for d in done.values()), unit="config")
-    wanted = {key: max(0, args.per_workload - len(done[key])) for key in keys}
+    counts = {key: Counter(Config.from_json(r["config"]) for r in store.select(key, target_key(t.target)))
+              for key, t in templates.items()}
+    rngs = {key: np.random.default_rng([args.seed, index, len(counts[key])]) for index, key in enumerate(keys)}
+    wanted = {key: max(0, args.per_workload - len(counts[key])) for key in keys}
+    timings_left = sum(wanted.values()) * args.passes + sum(
+        max(0, args.passes - n) for c in counts.values() for n in c.values())
+    bar = tqdm(total=timings_left, unit="config")
+
+    def measure(key: str, configs: list, measurer) -> None:
+        template, tkey = templates[key], target_key(templates[key].target)
+        measurer.measure(key, str(template.target), configs, on_result=lambda i, r: store.append(
+            make_record(key, tkey, configs[i].to_json(), r, source="random")))
+        counts[key].update(configs)
+        bar.update(len(configs))
+
     with Measurer.local("llvm", repeat=3, min_repeat_ms=10) as measurer:
         # a batch of each workload in turn, so that an interrupted run leaves them equally far along
         while any(wanted.values()):
             for key in [k for k in keys if wanted[k]]:
-                template, tkey = templates[key], target_key(templates[key].target)
-                configs = template.space.sample(rngs[key], min(args.batch, wanted[key]), exclude=done[key])
+                configs = templates[key].space.sample(rngs[key], min(args.batch, wanted[key]), exclude=counts[key])
                 wanted[key] = wanted[key] - len(configs) if configs else 0  # none left: the space is exhausted
-                measurer.measure(key, str(template.target), configs, on_result=lambda i, r: store.append(
-                    make_record(key, tkey, configs[i].to_json(), r, source="random")))
-                done[key].update(configs)
-                bar.update(len(configs))
+                measure(key, configs, measurer)
+        # further passes re-time every config in a new random order, minutes after its first timing
+        for _ in range(args.passes - 1):
+            pending = {key: [c for c, n in counts[key].items() if n < args.passes] for key in keys}
+            for key in keys:
+                rngs[key].shuffle(pending[key])
+            while any(pending.values()):
+                for key in [k for k in keys if pending[k]]:
+                    configs, pending[key] = pending[key][:args.batch], pending[key][args.batch:]
+                    measure(key, configs, measurer)
     bar.close()
 
 

@@ -1,7 +1,8 @@
 """How reproducible are a record file's labels? Re-measure some of its configs now and compare.
 
     python benchmarks/label_retest.py --records cost_model/data/cpu_dense.jsonl --per-workload 150
-For each workload, re-times a random subset of its successful configs with the collection
+For each workload, re-times a random subset of its successful configs (each at its fastest
+recorded timing) with the collection
 script's settings and reports how well the recorded throughputs rank the fresh ones (pairwise
 accuracy, Spearman), beside how well the first recorded timing repeat ranks the second. Repeats
 are taken back to back, so they miss whatever changes between sessions; the re-measurement does
@@ -30,9 +31,9 @@ def retest(store, key: str, count: int, seed: int, measurer) -> dict:
     from cost_model.metrics import group_metrics, repeat_agreement
     from search import Config
     from search.targets import target_from_key
-    from tuner.records import is_ok, median_cost
+    from tuner.records import fastest_per_config, is_ok, median_cost
 
-    records = [r for r in store.select(key) if is_ok(r) and len(r["costs"]) >= 2]
+    records = [r for r in fastest_per_config(store.select(key)) if is_ok(r) and len(r["costs"]) >= 2]
     if not records:
         raise SystemExit(f"{key}: no successful records with two timing repeats in the file")
     records = [r for r in records if r["target"] == records[0]["target"]]  # one target's timings compare

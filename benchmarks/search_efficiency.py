@@ -7,8 +7,9 @@ with the LightGBM ranker; the evolutionary default without the draft pre-filter 
 pretrained model) tunes over the recorded configs only, answered from the records. Reported per
 workload and variant over the seeds: trials needed to reach 95% of the dataset's best throughput
 (median and interquartile range) and the best found at 32, 64 and 128 trials (median fraction of
-the dataset's best). "Pretrained" means a LightGBM model trained on the *other* workloads of the
-file, so that no run has seen its own workload's measurements before it starts.
+the dataset's best). "Pretrained" means the shipped model's recipe trained on the *other* workloads
+of the file and on the --train-only files, so that no run has seen its own workload's measurements
+before it starts.
 Writes `<out>/search_efficiency-<date>.json`, `.md` and `.png`.
 """
 
@@ -113,22 +114,24 @@ def random_median(configs: int, goal_configs: int) -> int:
     return configs
 
 
-def evaluate_workload(key: str, records_path: str, seeds: int, max_trials: int, batch_size: int) -> dict:
-    """Every variant over `seeds` replayed runs of one workload (a process of its own)."""
-    from cost_model import LightGBMRanker, records_to_dataset
-    from cost_model.dataset import extractor_for
+def evaluate_workload(key: str, records_path: str, train_only, seeds: int, max_trials: int, batch_size: int) -> dict:
+    """Every variant over `seeds` replayed runs of one workload (a process of its own);
+    `train_only`: a Dataset the pretrained model also learns from, or None."""
+    from cost_model import records_to_dataset
+    from cost_model.dataset import extractor_for, join
+    from cost_model.pretrained import fit_pretrained
     from search import Config
     from tuner import RecordStore
-    from tuner.records import is_ok, median_cost
+    from tuner.records import fastest_per_config, is_ok, median_cost
     from workloads import from_key
 
     store = RecordStore(records_path)
     others = records_to_dataset(r for r in store if r["workload"] != key)
-    base_model = LightGBMRanker(seed=0).fit(others.features, others.throughputs, others.groups)  # never saw `key`
+    base_model = fit_pretrained(join(others, train_only) if train_only is not None else others)  # never saw `key`
     records = store.select(key)
     best = min(median_cost(r) for r in records if is_ok(r))
     extractor = extractor_for(key, records[0]["target"])
-    latency = {Config.from_json(r["config"]): median_cost(r) for r in records}  # the last record wins, as in replay
+    latency = {Config.from_json(r["config"]): median_cost(r) for r in fastest_per_config(records)}  # as in replay
     configs = [c for c in latency if extractor.template.space.is_valid(c)]
     features = CachedFeatures(configs, extractor)
     goal_configs = sum(latency[c] <= best / GOAL for c in configs)
@@ -146,7 +149,8 @@ def evaluate_workload(key: str, records_path: str, seeds: int, max_trials: int, 
 def markdown(report: dict) -> str:
     lines = [f"# Search efficiency on replayed records ({report['date']})", "",
              f"Command: `{report['command']}`", "",
-             f"Records: {report['records']}; {report['seeds']} seeds; batch {report['batch_size']}; goal: "
+             f"Records: {report['records']} (each config at its fastest timing); pretrained model also trained on: "
+             f"{', '.join(report.get('train_only', [])) or 'nothing else'}; {report['seeds']} seeds; batch {report['batch_size']}; goal: "
              f"{GOAL:.0%} of the dataset's best throughput. *trials*: median [q25, q75] trials to the goal "
              "(a run that never reached it counts as the dataset's size); *@k*: median fraction of the best "
              "throughput found after k trials.", ""]
@@ -199,6 +203,8 @@ def plot(report: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default=str(REPO / "cost_model" / "data" / "cpu_dense.jsonl"))
+    parser.add_argument("--train-only", nargs="*", default=[str(REPO / "cost_model" / "data" / "cpu_transfer.jsonl")],
+                        help="record files whose workloads only train the pretrained model (none: --train-only alone)")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--max-trials", type=int, default=512, help="a run stops here if it never reaches the goal")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="configs per round (the tuner's default)")
@@ -207,14 +213,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
 
+    from cost_model import records_to_dataset
+    from cost_model.dataset import join
     from tuner import RecordStore
 
     keys = args.workloads or sorted(RecordStore(args.records).workloads())
+    train_only = join(*(records_to_dataset(RecordStore(path)) for path in args.train_only)) if args.train_only else None
     report = {"date": datetime.date.today().isoformat(), "command": " ".join(["python", *sys.argv]),
-              "records": os.path.relpath(args.records, REPO), "seeds": args.seeds, "batch_size": args.batch_size,
+              "records": os.path.relpath(args.records, REPO),
+              "train_only": [os.path.relpath(path, REPO) for path in args.train_only], "seeds": args.seeds, "batch_size": args.batch_size,
               "workloads": {}}
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
-        futures = {key: pool.submit(evaluate_workload, key, args.records, args.seeds, args.max_trials,
+        futures = {key: pool.submit(evaluate_workload, key, args.records, train_only, args.seeds, args.max_trials,
                                     args.batch_size) for key in keys}
         report["workloads"] = {key: future.result() for key, future in futures.items()}
     out = args.out / f"search_efficiency-{report['date']}"

@@ -10,6 +10,7 @@ import numpy as np
 
 from search import Config, InvalidConfig, template_for
 from search.targets import target_from_key
+from tuner.records import fastest_per_config
 from workloads import from_key
 
 from .features import FeatureExtractor
@@ -37,6 +38,15 @@ class Dataset:
                        [w for w in self.workloads if w in keep])
 
 
+def join(*datasets: Dataset) -> Dataset:
+    """One dataset of several with distinct workloads, their groups kept apart."""
+    names = [w for d in datasets for w in d.workloads]
+    if len(set(names)) != len(names):
+        raise ValueError("the datasets share workloads; join keeps each workload's group whole, so they must not")
+    return Dataset(np.concatenate([d.features for d in datasets]), np.concatenate([d.throughputs for d in datasets]),
+                   np.concatenate([d.groups for d in datasets]), names)
+
+
 def throughput(record: Mapping) -> float:
     costs = record.get("costs") or []
     if record.get("error") != "none" or not costs:
@@ -45,9 +55,10 @@ def throughput(record: Mapping) -> float:
 
 
 def records_to_dataset(records: Iterable[Mapping]) -> Dataset:
-    """Group records by (workload, target) and extract features of their configs."""
+    """Group records by (workload, target) and extract features of their configs; a config timed
+    more than once counts once, with its fastest timing."""
     by_group: dict[tuple[str, str], list[Mapping]] = {}
-    for record in records:
+    for record in fastest_per_config(records):
         by_group.setdefault((record["workload"], record["target"]), []).append(record)
     features, throughputs, groups, names = [], [], [], []
     for (workload, target), group in by_group.items():

@@ -6,6 +6,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from tuner.records import config_id, is_ok, median_cost
+
 from .dataset import Dataset, records_to_dataset
 
 
@@ -33,8 +35,10 @@ def group_metrics(scores: np.ndarray, throughputs: np.ndarray) -> dict[str, floa
 
 def mean_over_workloads(per_workload: Mapping[str, Mapping[str, float]]) -> dict:
     """Each metric's mean over the workloads (every workload weighs the same), and `per_workload`."""
-    overall = {k: float(np.nanmean([m[k] for m in per_workload.values()])) for k in
-               ("pairwise_accuracy", "spearman", "top1", "top5")}
+    def mean(values: list[float]) -> float:
+        return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+
+    overall = {k: mean([m[k] for m in per_workload.values()]) for k in ("pairwise_accuracy", "spearman", "top1", "top5")}
     return {**overall, "per_workload": dict(per_workload)}
 
 
@@ -57,6 +61,24 @@ def repeat_agreement(records: Iterable[Mapping]) -> dict:
     for workload, costs in repeats.items():
         first, second = 1 / np.array(costs).T
         per_workload[workload] = group_metrics(first, second)
+    return mean_over_workloads(per_workload)
+
+
+def pass_agreement(records: Iterable[Mapping]) -> dict:
+    """How well each config's first timing pass ranks the configs by their second pass, taken
+    minutes later, per workload and their mean: what the host's drift alone allows. Only configs
+    that succeeded in two records count."""
+    passes: dict[str, dict[str, list[float]]] = {}
+    for record in records:
+        if is_ok(record):
+            timings = passes.setdefault(record["workload"], {}).setdefault(config_id(record["config"]), [])
+            timings.append(median_cost(record))
+    per_workload = {}
+    for workload, by_config in passes.items():
+        twice = np.array([t[:2] for t in by_config.values() if len(t) >= 2])
+        if len(twice) > 2:
+            first, second = 1 / twice.T
+            per_workload[workload] = group_metrics(first, second)
     return mean_over_workloads(per_workload)
 
 

@@ -4,9 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .dataset import Dataset
 from .lightgbm_ranker import LightGBMRanker
 
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+
+
+# Chosen among six settings by leave-one-workload-out over the train-only workloads alone (the
+# dense workloads that the report holds out took no part): pairwise 0.778 and top-5 0.842, against
+# 0.773 and 0.796 for the online ranker's defaults, which stay small so that retraining stays cheap.
+PRETRAINED_PARAMS = {"num_boost_round": 150, "num_leaves": 63, "min_data_in_leaf": 20}
+
+
+def fit_pretrained(dataset: Dataset) -> LightGBMRanker:
+    """The shipped model's recipe, for shipping it and for benchmarks that must train its like."""
+    return LightGBMRanker(**PRETRAINED_PARAMS).fit(dataset.features, dataset.throughputs, dataset.groups)
 
 
 def pretrained_path(target_kind: str) -> Path:

@@ -12,7 +12,11 @@ import workloads
 from cost_model import (FEATURE_NAMES, FeatureExtractor, LightGBMRanker, TorchRanker, dataset_metrics,
                         load_pretrained, ranking_metrics, records_to_dataset, split_by_workload)
 from cost_model.base import relevance
+from cost_model.dataset import join
+from cost_model.metrics import pass_agreement
 from tuner import RecordStore
+from tuner.measure_result import MeasureResult
+from tuner.records import fastest_per_config, is_ok, make_record
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "cost_model" / "data"
 DATA = DATA_DIR / "cpu_random.jsonl"  # 8 workloads x 250: small enough to featurize in every test run
@@ -37,7 +41,8 @@ def test_features_are_deterministic_and_of_one_length_for_every_operator():
 
 def test_committed_data_has_enough_measurements(dataset):
     assert len(dataset.workloads) >= 8
-    successful = [r for path in sorted(DATA_DIR.glob("*.jsonl")) for r in RecordStore(path) if r["error"] == "none"]
+    records = fastest_per_config(r for path in sorted(DATA_DIR.glob("*.jsonl")) for r in RecordStore(path))
+    successful = [r for r in records if is_ok(r)]  # distinct configs: a config timed twice counts once
     assert len(successful) >= 2000 and len({r["workload"] for r in successful}) >= 8
 
 
@@ -58,6 +63,29 @@ def test_relevance_grades_are_rank_quantiles_within_each_group():
     # group one: failed -> 0; the tied 3.0s share their mean rank (2.5 of 5); the best -> 10
     np.testing.assert_array_equal(grades[:6], [0, 8, 5, 5, 10, 2])
     np.testing.assert_array_equal(grades[6:], [5, 0, 10])  # each group graded on its own
+
+
+def test_join_keeps_groups_apart_and_refuses_a_shared_workload(dataset):
+    first, second = dataset.subset(dataset.workloads[:2]), dataset.subset(dataset.workloads[2:3])
+    joined = join(first, second)
+    assert joined.workloads == dataset.workloads[:3] and list(joined.groups) == list(dataset.groups[:3])
+    np.testing.assert_array_equal(joined.features, dataset.subset(dataset.workloads[:3]).features)
+    with pytest.raises(ValueError, match="share workloads"):
+        join(first, dataset.subset(dataset.workloads[1:2]))
+
+
+def test_pass_agreement_ranks_one_timing_pass_by_another():
+    def timed(workload, index, cost):
+        return make_record(workload, "llvm", {"tile": index}, MeasureResult(costs=(cost,)))
+
+    first = [timed("w", i, c) for i, c in enumerate([1.0, 2.0, 3.0, 4.0])]
+    same = [timed("w", i, c) for i, c in enumerate([1.1, 2.1, 3.1, 4.1])]
+    reversed_ = [timed("v", i, c) for i, c in enumerate([4.0, 3.0, 2.0, 1.0])]
+    again = [timed("v", i, c) for i, c in enumerate([1.0, 2.0, 3.0, 4.0])]
+    result = pass_agreement(first + same + reversed_ + again)
+    assert result["per_workload"]["w"]["pairwise_accuracy"] == 1.0
+    assert result["per_workload"]["v"]["pairwise_accuracy"] == 0.0 and result["pairwise_accuracy"] == 0.5
+    assert pass_agreement(first)["per_workload"] == {}  # one pass: nothing to compare
 
 
 def test_ranking_metrics_reads_records_and_reports_per_workload(dataset):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tuner.measure_result import ErrorKind, MeasureResult
-from tuner.records import (SCHEMA_VERSION, RecordError, RecordStore, RecordWarning, config_id, make_record,
-                           median_cost)
+from tuner.records import (SCHEMA_VERSION, RecordError, RecordStore, RecordWarning, config_id,
+                           fastest_per_config, make_record, median_cost)
 from tuner.version import TOOL_VERSION
 
 W1, W2 = "matmul(M=64,N=64,K=64)", "conv2d(N=1,C=8,H=8,W=8,K=8)"
@@ -212,6 +212,21 @@ def test_best_measured_select_workloads_targets(tmp_path: Path) -> None:
     assert [r["config"]["tile_x"] for r in store.select(target=T1)] == [1, 2, 3, 4, 2]
     assert [r["config"]["tile_x"] for r in store.select(W1, T1, ok_only=True)] == [1, 2]
     assert store.workloads() == {W1, W2} and store.targets() == {T1, T2}
+
+
+def test_fastest_per_config_keeps_one_record_per_config_and_target() -> None:
+    records = [
+        rec(1, costs=(5e-3,)), rec(2, costs=(), error=ErrorKind.BUILD_ERROR),
+        rec(1, costs=(2e-3,)),  # a second timing of config 1, faster: kept, in config 1's place
+        rec(1, costs=(9e-3,)),  # slower again: ignored
+        rec(2, costs=(4e-3,)),  # config 2 succeeded once: the success wins over the failure
+        rec(3, costs=(), error=ErrorKind.RUN_TIMEOUT), rec(3, costs=(), error=ErrorKind.RUN_ERROR),  # the last failure
+        rec(1, target=T2, costs=(7e-3,)), rec(1, workload=W2, costs=(8e-3,)),  # other target, other workload
+    ]
+    kept = fastest_per_config(records)
+    assert [(r["workload"], r["target"], r["config"]["tile_x"]) for r in kept] == [
+        (W1, T1, 1), (W1, T1, 2), (W1, T1, 3), (W1, T2, 1), (W2, T1, 1)]
+    assert [median_cost(r) for r in kept[:2]] == [2e-3, 4e-3] and kept[2]["error"] == "run_error"
 
 
 def test_cache_follows_other_writers_and_replaced_files(tmp_path: Path) -> None:

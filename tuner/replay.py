@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 from search import Config
 
 from .measure_result import ErrorKind, MeasureResult
-from .records import RecordStore, config_id
+from .records import RecordStore, config_id, fastest_per_config
 
 DEFAULT_MEASURE_S = 1.0  # assumed per candidate when a record does not say how long it took
 
@@ -26,7 +26,7 @@ class ReplayRunner:
         self._results: dict[tuple[str, str], MeasureResult] = {}
         self._seconds: dict[tuple[str, str], float] = {}
         self._keys: dict[str, str] = {}
-        for record in store:
+        for record in fastest_per_config(store):
             key = (record["workload"], config_id(record["config"]))
             self._results[key] = MeasureResult(record["costs"], record["error"], record["message"])
             self._seconds[key] = float(record.get("build_s", 0) + record.get("run_s", 0)) or DEFAULT_MEASURE_S
