@@ -71,7 +71,7 @@ def pass_agreement(records: Iterable[Mapping]) -> dict:
     passes: dict[str, dict[str, list[float]]] = {}
     for record in records:
         if is_ok(record):
-            timings = passes.setdefault(record["workload"], {}).setdefault(config_id(record["config"]), [])
+            timings = passes.setdefault(record["workload"], {}).setdefault((record["target"], config_id(record["config"])), [])
             timings.append(median_cost(record))
     per_workload = {}
     for workload, by_config in passes.items():
