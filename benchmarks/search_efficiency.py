@@ -116,7 +116,7 @@ def random_median(configs: int, goal_configs: int) -> int:
 
 def evaluate_workload(key: str, records_path: str, train_only, seeds: int, max_trials: int, batch_size: int) -> dict:
     """Every variant over `seeds` replayed runs of one workload (a process of its own);
-    `train_only`: a Dataset the pretrained model also learns from, or None."""
+    `train_only`: a Dataset the pretrained model also learns from."""
     from cost_model import records_to_dataset
     from cost_model.dataset import extractor_for, join
     from cost_model.pretrained import fit_pretrained
@@ -127,7 +127,7 @@ def evaluate_workload(key: str, records_path: str, train_only, seeds: int, max_t
 
     store = RecordStore(records_path)
     others = records_to_dataset(r for r in store if r["workload"] != key)
-    base_model = fit_pretrained(join(others, train_only) if train_only is not None else others)  # never saw `key`
+    base_model = fit_pretrained(join(others, train_only))  # never saw `key`
     records = store.select(key)
     best = min(median_cost(r) for r in records if is_ok(r))
     extractor = extractor_for(key, records[0]["target"])
@@ -213,12 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
 
-    from cost_model import records_to_dataset
-    from cost_model.dataset import join
+    from cost_model.dataset import files_to_dataset
     from tuner import RecordStore
 
     keys = args.workloads or sorted(RecordStore(args.records).workloads())
-    train_only = join(*(records_to_dataset(RecordStore(path)) for path in args.train_only)) if args.train_only else None
+    train_only = files_to_dataset(args.train_only)
     report = {"date": datetime.date.today().isoformat(), "command": " ".join(["python", *sys.argv]),
               "records": os.path.relpath(args.records, REPO),
               "train_only": [os.path.relpath(path, REPO) for path in args.train_only], "seeds": args.seeds, "batch_size": args.batch_size,

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 
-def evaluate(dataset, make_model, columns, train_only=None) -> dict:
-    """Each workload ranked by a model trained on the others (and on `train_only`) only."""
+def evaluate(dataset, make_model, columns, train_only) -> dict:
+    """Each workload ranked by a model trained on the others and on `train_only` only."""
     from cost_model import dataset_metrics, split_by_workload
     from cost_model.dataset import join
     from cost_model.metrics import mean_over_workloads
@@ -33,8 +33,7 @@ def evaluate(dataset, make_model, columns, train_only=None) -> dict:
     per_workload = {}
     for held_out in dataset.workloads:
         train, test = split_by_workload(dataset, [held_out])
-        if train_only is not None:
-            train = join(train, train_only)
+        train = join(train, train_only)
         train.features, test.features = train.features[:, columns], test.features[:, columns]
         model = make_model().fit(train.features, train.throughputs, train.groups)
         per_workload[held_out] = dataset_metrics(model, test)["per_workload"][held_out]
@@ -66,16 +65,17 @@ def main() -> None:
     args = parser.parse_args()
 
     from cost_model import FEATURE_NAMES, LightGBMRanker, TorchRanker, records_to_dataset
-    from cost_model.dataset import join
+    from cost_model.dataset import files_to_dataset, join
     from cost_model.features import BASE_COLUMNS
     from cost_model.metrics import pass_agreement, repeat_agreement
     from cost_model.pretrained import PRETRAINED_PARAMS, fit_pretrained, pretrained_path
     from tuner import RecordStore
 
     started = time.monotonic()
-    dataset = records_to_dataset(RecordStore(args.records))
-    train_only = join(*(records_to_dataset(RecordStore(path)) for path in args.train_only)) if args.train_only else None
-    extra = f" (+ {len(train_only.throughputs)} over {len(train_only.workloads)} train-only)" if train_only else ""
+    store = RecordStore(args.records)
+    dataset = records_to_dataset(store)
+    train_only = files_to_dataset(args.train_only)
+    extra = f" (+ {len(train_only.throughputs)} over {len(train_only.workloads)} train-only)" if train_only.workloads else ""
     print(f"{len(dataset.throughputs)} records over {len(dataset.workloads)} workloads{extra}, "
           f"features in {time.monotonic() - started:.1f} s")
     every = np.arange(len(FEATURE_NAMES))
@@ -88,11 +88,11 @@ def main() -> None:
         "torch MLP, all features": (TorchRanker, every),
     }
     table = {name: evaluate(dataset, make, cols, train_only) for name, (make, cols) in variants.items()}
-    if train_only is not None:
-        table["lightgbm as shipped, without the train-only workloads"] = evaluate(dataset, shipped, every)
+    if train_only.workloads:
+        table["lightgbm as shipped, without the train-only workloads"] = evaluate(dataset, shipped, every, join())
     table["reference: lightgbm trained on 70% of the same workload"] = same_workload(dataset, shipped)
-    table["reference: one timing repeat ranking another"] = repeat_agreement(RecordStore(args.records))
-    passes = pass_agreement(RecordStore(args.records))
+    table["reference: one timing repeat ranking another"] = repeat_agreement(store)
+    passes = pass_agreement(store)
     if passes["per_workload"]:
         table["reference: one timing pass ranking another, minutes later"] = passes
     lines = ["| model | pairwise accuracy | spearman | top-1 | top-5 |", "|---|---|---|---|---|"]
@@ -115,7 +115,7 @@ def main() -> None:
     if args.ship:
         path = pretrained_path("llvm")
         path.parent.mkdir(parents=True, exist_ok=True)
-        fit_pretrained(join(dataset, train_only) if train_only is not None else dataset).save(path)
+        fit_pretrained(join(dataset, train_only)).save(path)
         print(f"wrote {path}")
 
 

@@ -10,10 +10,10 @@ import numpy as np
 
 from search import Config, InvalidConfig, template_for
 from search.targets import target_from_key
-from tuner.records import fastest_per_config
+from tuner.records import RecordStore, fastest_per_config
 from workloads import from_key
 
-from .features import FeatureExtractor
+from .features import FEATURE_NAMES, FeatureExtractor
 
 
 @lru_cache(maxsize=64)
@@ -39,7 +39,9 @@ class Dataset:
 
 
 def join(*datasets: Dataset) -> Dataset:
-    """One dataset of several with distinct workloads, their groups kept apart."""
+    """One dataset of several with distinct workloads, their groups kept apart; of none, an empty one."""
+    if not datasets:
+        return Dataset(np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32), np.zeros(0), np.zeros(0, dtype=np.int64), [])
     names = [w for d in datasets for w in d.workloads]
     if len(set(names)) != len(names):
         raise ValueError("the datasets share workloads; join keeps each workload's group whole, so they must not")
@@ -77,6 +79,11 @@ def records_to_dataset(records: Iterable[Mapping]) -> Dataset:
     if not features:
         raise InvalidConfig("no usable records: none of their configs fits the current search space")
     return Dataset(np.concatenate(features), np.concatenate(throughputs), np.array(groups), names)
+
+
+def files_to_dataset(paths: Iterable[str]) -> Dataset:
+    """The records of several files, whose workloads must differ, as one dataset; empty for none."""
+    return join(*(records_to_dataset(RecordStore(path)) for path in paths))
 
 
 def split_by_workload(dataset: Dataset, holdout: Iterable[str]) -> tuple[Dataset, Dataset]:

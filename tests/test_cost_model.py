@@ -72,6 +72,9 @@ def test_join_keeps_groups_apart_and_refuses_a_shared_workload(dataset):
     np.testing.assert_array_equal(joined.features, dataset.subset(dataset.workloads[:3]).features)
     with pytest.raises(ValueError, match="share workloads"):
         join(first, dataset.subset(dataset.workloads[1:2]))
+    nothing = join()  # no train-only files: joining it changes nothing
+    np.testing.assert_array_equal(join(first, nothing).features, first.features)
+    assert join(first, nothing).workloads == first.workloads and nothing.features.shape == (0, len(FEATURE_NAMES))
 
 
 def test_pass_agreement_ranks_one_timing_pass_by_another():
