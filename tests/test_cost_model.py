@@ -57,6 +57,12 @@ def test_rankers_beat_random_on_held_out_workloads(dataset, make, floor):
     assert np.mean(scores) >= floor, scores
 
 
+def test_lightgbm_queries_cut_each_workload_apart_into_at_most_query_rows():
+    order, queries = LightGBMRanker(query_rows=4)._queries(np.array([10, 3]))
+    assert queries == [4, 4, 2, 3]  # no query spans two workloads
+    assert sorted(order[:10]) == list(range(10)) and sorted(order[10:]) == [10, 11, 12]
+
+
 def test_relevance_grades_are_rank_quantiles_within_each_group():
     throughputs = np.array([0.0, 5.0, 3.0, 3.0, 10.0, 1.0, 2.0, 1.0, 4.0])
     grades = relevance(throughputs, np.array([6, 3]), levels=10)
