@@ -11,6 +11,7 @@ import json
 from typing import Callable, Sequence
 
 from search import Config
+from search.targets import target_from_key
 
 from .measure_result import ErrorKind, MeasureResult
 from .records import RecordStore, config_id, fastest_per_config
@@ -25,9 +26,10 @@ class ReplayRunner:
         store = records if isinstance(records, RecordStore) else RecordStore(records)
         self._results: dict[tuple[str, str], MeasureResult] = {}
         self._seconds: dict[tuple[str, str], float] = {}
-        self._keys: dict[str, str] = {}
+        self._targets: dict[str, str] = {}
         for record in fastest_per_config(store):
             key = (record["workload"], config_id(record["config"]))
+            self._targets.setdefault(record["workload"], record["target"])
             self._results[key] = MeasureResult(record["costs"], record["error"], record["message"])
             self._seconds[key] = float(record.get("build_s", 0) + record.get("run_s", 0)) or DEFAULT_MEASURE_S
         self.saved_s = 0.0
@@ -35,6 +37,14 @@ class ReplayRunner:
 
     def configs(self, workload_key: str) -> list[Config]:
         return [Config.from_json(json.loads(cid)) for w, cid in self._results if w == workload_key]
+
+    def target(self, workload_key: str):
+        """The target the workload's records were measured on. A replayed session must use it, not
+        the host's: the space depends on the CPU (vector lanes), and a config the host's space
+        rejects could never be proposed."""
+        if workload_key not in self._targets:
+            raise ValueError(f"no records of {workload_key}")
+        return target_from_key(self._targets[workload_key])
 
     def measure(self, workload_key: str, target_json: str, configs: Sequence[Config],
                 on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
