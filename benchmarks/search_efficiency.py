@@ -73,8 +73,8 @@ def replay(key: str, variant: Variant, seed: int, store, features, base_model, g
 
     measurer = ReplayRunner(store)
     model = LightGBMRanker(seed=seed, init_model=base_model if variant.pretrained else None)
-    session = Session(from_key(key), measurer.target(key), strategy=variant.strategy, model=model, seed=seed, draft=variant.draft,
-                      candidates=list(features.rows), extractor=features)
+    session = Session(from_key(key), measurer.target(key), strategy=variant.strategy, model=model, seed=seed,
+                      draft=variant.draft, candidates=list(features.rows), extractor=features)
     curve = []
     while len(curve) < max_trials:
         configs = session.ask(min(batch_size, max_trials - len(curve)))
