@@ -67,14 +67,12 @@ def replay(key: str, variant: Variant, seed: int, store, features, base_model, g
            max_trials: int, batch_size: int) -> dict:
     """One replayed run: the best latency after each trial, and when it reached the goal."""
     from cost_model import LightGBMRanker
-    from tuner import Session
     from tuner.replay import ReplayRunner
-    from workloads import from_key
 
     measurer = ReplayRunner(store)
     model = LightGBMRanker(seed=seed, init_model=base_model if variant.pretrained else None)
-    session = Session(from_key(key), measurer.target(key), strategy=variant.strategy, model=model, seed=seed,
-                      draft=variant.draft, candidates=list(features.rows), extractor=features)
+    session = measurer.session(key, strategy=variant.strategy, model=model, seed=seed, draft=variant.draft,
+                               candidates=list(features.rows), extractor=features)
     curve = []
     while len(curve) < max_trials:
         configs = session.ask(min(batch_size, max_trials - len(curve)))

@@ -7,10 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuner import RecordStore, Session
+from tuner import RecordStore
 from tuner.records import is_ok, median_cost
 from tuner.replay import ReplayRunner, trials_to_reach
-from workloads import from_key
 
 SLICE = Path(__file__).parent / "data" / "replay_slice.jsonl"
 STORE = RecordStore(SLICE)
@@ -19,8 +18,7 @@ STORE = RecordStore(SLICE)
 def _run(key: str, strategy: str, seed: int) -> int:
     measurer = ReplayRunner(STORE)
     best = min(median_cost(r) for r in STORE.select(key) if is_ok(r))
-    session = Session(from_key(key), measurer.target(key), strategy=strategy, seed=seed, pretrained=False,
-                      candidates=measurer.configs(key))
+    session = measurer.session(key, strategy=strategy, seed=seed, pretrained=False)
     return trials_to_reach(session, measurer, best)
 
 
@@ -36,8 +34,7 @@ def test_replay_repeats_exactly_and_counts_saved_time():
     runs = []
     for _ in range(2):
         measurer = ReplayRunner(STORE)
-        session = Session(from_key(key), measurer.target(key), seed=3, pretrained=False,
-                          candidates=measurer.configs(key))
+        session = measurer.session(key, seed=3, pretrained=False)
         for _ in range(2):
             configs = session.ask(6)
             session.tell(configs, measurer.measure(key, str(session.target), configs))
@@ -51,8 +48,7 @@ def test_a_replayed_session_takes_the_recorded_target_and_keeps_every_recorded_c
     store = RecordStore(Path(__file__).parents[1] / "cost_model" / "data" / "cpu_dense.jsonl")
     measurer = ReplayRunner(store)
     key = next(k for k in sorted(store.workloads()) if k.startswith("conv2d"))
-    session = Session(from_key(key), measurer.target(key), strategy="random", pretrained=False,
-                      candidates=measurer.configs(key))
+    session = measurer.session(key, strategy="random", pretrained=False)
     assert session.target_key == store.select(key)[0]["target"]
     assert session.template.space.size == len(measurer.configs(key)) == 1000
     with pytest.raises(ValueError, match="no records"):

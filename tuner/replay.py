@@ -12,9 +12,11 @@ from typing import Callable, Sequence
 
 from search import Config
 from search.targets import target_from_key
+from workloads import from_key
 
 from .measure_result import ErrorKind, MeasureResult
 from .records import RecordStore, config_id, fastest_per_config
+from .session import Session
 
 DEFAULT_MEASURE_S = 1.0  # assumed per candidate when a record does not say how long it took
 
@@ -45,6 +47,12 @@ class ReplayRunner:
         if workload_key not in self._targets:
             raise ValueError(f"no records of {workload_key}")
         return target_from_key(self._targets[workload_key])
+
+    def session(self, workload_key: str, **options) -> Session:
+        """A session over the workload's recorded configs on their recorded target; `options` go to
+        `Session` (`candidates` narrows the configs further)."""
+        options.setdefault("candidates", self.configs(workload_key))
+        return Session(from_key(workload_key), self.target(workload_key), **options)
 
     def measure(self, workload_key: str, target_json: str, configs: Sequence[Config],
                 on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
