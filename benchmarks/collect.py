@@ -4,6 +4,7 @@ The records train the shipped cost model and serve the replay benchmarks:
     python benchmarks/collect.py --per-workload 250 --records cost_model/data/cpu_random.jsonl
     python benchmarks/collect.py --set dense --per-workload 1000 --records cost_model/data/cpu_dense.jsonl
     python benchmarks/collect.py --set transfer --per-workload 300 --seed 1 --records cost_model/data/cpu_transfer.jsonl
+    python benchmarks/collect.py --set more-transfer --per-workload 300 --seed 2 --records cost_model/data/cpu_more_transfer.jsonl
 Interrupt it at any time; run it again to continue where it stopped.
 """
 
@@ -59,7 +60,29 @@ TRANSFER_WORKLOADS = (
     "depthwise_conv2d(N=1,C=576,H=14,W=14,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
 )
 
-WORKLOAD_SETS = {"random": DATASET_WORKLOADS, "dense": DENSE_WORKLOADS, "transfer": TRANSFER_WORKLOADS}
+# More training-only workloads under the same rules, most of them 3x3 convs and depthwise layers, the
+# kinds that held-out ranking finds hardest.
+MORE_TRANSFER_WORKLOADS = (
+    "conv2d(N=1,C=128,H=56,W=56,K=128,R=3,S=3,stride=2,padding=1,epilogue=bias_relu,float32)",
+    "conv2d(N=1,C=256,H=14,W=14,K=256,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
+    "conv2d(N=1,C=512,H=14,W=14,K=512,R=3,S=3,stride=2,padding=1,epilogue=bias_relu,float32)",
+    "conv2d(N=1,C=96,H=28,W=28,K=96,R=3,S=3,padding=1,float32)",
+    "conv2d(N=1,C=128,H=56,W=56,K=128,R=3,S=3,stride=2,padding=1,layout=NHWC,epilogue=bias_relu,float32)",
+    "conv2d(N=1,C=512,H=7,W=7,K=512,R=3,S=3,padding=1,layout=NHWC,epilogue=bias_relu,float32)",
+    "conv2d(N=1,C=96,H=28,W=28,K=160,R=3,S=3,padding=1,layout=NHWC,float32)",
+    "conv2d(N=1,C=512,H=28,W=28,K=128,R=1,S=1,epilogue=bias_relu,float32)",
+    "depthwise_conv2d(N=1,C=144,H=56,W=56,R=3,S=3,stride=2,padding=1,epilogue=bias_relu,float32)",
+    "depthwise_conv2d(N=1,C=192,H=28,W=28,R=3,S=3,stride=2,padding=1,epilogue=bias_relu,float32)",
+    "depthwise_conv2d(N=1,C=384,H=14,W=14,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
+    "depthwise_conv2d(N=1,C=960,H=7,W=7,R=3,S=3,padding=1,epilogue=bias_relu,float32)",
+    "depthwise_conv2d(N=1,C=64,H=56,W=56,R=3,S=3,padding=1,float32)",
+    "matmul(M=128,N=3072,K=768,transpose_b=True,epilogue=bias,float32)",
+    "matmul(M=256,N=512,K=128,float32)",
+    "batch_matmul(B=16,M=128,N=128,K=128,transpose_b=True,float32)",
+)
+
+WORKLOAD_SETS = {"random": DATASET_WORKLOADS, "dense": DENSE_WORKLOADS, "transfer": TRANSFER_WORKLOADS,
+                 "more-transfer": MORE_TRANSFER_WORKLOADS}
 
 
 def main() -> None:
@@ -69,7 +92,7 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="*", help="workload keys (default: those of --set)")
     parser.add_argument("--set", choices=WORKLOAD_SETS, default="random",
                         help="random: the first cost-model set; dense: the replay set of six workloads; "
-                             "transfer: training-only workloads")
+                             "transfer, more-transfer: training-only workloads")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--passes", type=int, default=1,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,8 @@ from tuner import RecordStore
 from tuner.measure_result import MeasureResult
 from tuner.records import fastest_per_config, is_ok, make_record
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "cost_model" / "data"
+REPO = Path(__file__).resolve().parent.parent
+DATA_DIR = REPO / "cost_model" / "data"
 DATA = DATA_DIR / "cpu_random.jsonl"  # 8 workloads x 250: small enough to featurize in every test run
 
 
@@ -44,6 +46,19 @@ def test_committed_data_has_enough_measurements(dataset):
     records = fastest_per_config(r for path in sorted(DATA_DIR.glob("*.jsonl")) for r in RecordStore(path))
     successful = [r for r in records if is_ok(r)]  # distinct configs: a config timed twice counts once
     assert len(successful) >= 2000 and len({r["workload"] for r in successful}) >= 8
+
+
+def test_train_only_records_share_no_workload_with_those_held_out():
+    """The report holds each dense workload out of training, and vs_metaschedule.py compares on
+    workloads the shipped model never saw: no train-only record file may hold one of them."""
+    script = ast.parse((REPO / "benchmarks" / "vs_metaschedule.py").read_text())
+    compared = next(ast.literal_eval(node.value) for node in script.body
+                    if isinstance(node, ast.Assign) and node.targets[0].id == "WORKLOADS")
+    held_out = {r["workload"] for r in RecordStore(DATA_DIR / "cpu_dense.jsonl")} | set(compared)
+    train_only = sorted(DATA_DIR.glob("cpu_*transfer.jsonl"))
+    assert len(train_only) == 2
+    for path in train_only:
+        assert not held_out & {r["workload"] for r in RecordStore(path)}, path.name
 
 
 @pytest.mark.parametrize("make, floor", [(LightGBMRanker, 0.60), (TorchRanker, 0.56)], ids=["lightgbm", "torch"])
