@@ -9,7 +9,9 @@ torch ranker; and references for reading them: LightGBM trained on 70% of the
 held-out workload's own records (what the features allow without transfer), one timing repeat
 ranking another (back-to-back noise) and, where configs were timed in two passes
 (`collect.py --passes 2`), one pass ranking the other (the host's drift minutes apart).
-A config timed twice counts once, with its fastest timing.
+A config timed twice counts once, with its fastest timing. Last, the shipped recipe ranks the
+workloads of --other-host, records of another CPU that it never trained on, and, for comparison,
+each of them once that CPU's other workloads join its training.
 """
 
 from __future__ import annotations
@@ -60,11 +62,13 @@ def main() -> None:
     parser.add_argument("--records", default="cost_model/data/cpu_dense.jsonl")
     parser.add_argument("--train-only", nargs="*", default=["cost_model/data/cpu_transfer.jsonl"],
                         help="record files whose workloads only ever train (none: --train-only alone)")
+    parser.add_argument("--other-host", nargs="*", default=["cost_model/data/cpu_other_host.jsonl"],
+                        help="record files of another CPU whose workloads only ever test (none: skip)")
     parser.add_argument("--ship", action="store_true", help="train on all records and write the shipped model")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
 
-    from cost_model import FEATURE_NAMES, LightGBMRanker, TorchRanker, records_to_dataset
+    from cost_model import FEATURE_NAMES, LightGBMRanker, TorchRanker, dataset_metrics, records_to_dataset
     from cost_model.dataset import files_to_dataset, join
     from cost_model.features import BASE_COLUMNS
     from cost_model.metrics import pass_agreement, repeat_agreement
@@ -95,13 +99,37 @@ def main() -> None:
     passes = pass_agreement(store)
     if passes["per_workload"]:
         table["reference: one timing pass ranking another, minutes later"] = passes
-    lines = ["| model | pairwise accuracy | spearman | top-1 | top-5 |", "|---|---|---|---|---|"]
-    for name, m in table.items():
-        lines.append(f"| {name} | {m['pairwise_accuracy']:.3f} | {m['spearman']:.3f} | {m['top1']:.3f} | {m['top5']:.3f} |")
+    other = files_to_dataset(args.other_host)
+    if other.workloads:
+        seen = join(dataset, train_only)
+        table["other host: lightgbm as shipped"] = dataset_metrics(fit_pretrained(seen), other)
+        table["other host: lightgbm as shipped, the host's other workloads trained on too"] = evaluate(
+            other, shipped, every, seen)
+
+    def row(name: str, m: dict) -> str:
+        return f"| {name} | {m['pairwise_accuracy']:.3f} | {m['spearman']:.3f} | {m['top1']:.3f} | {m['top5']:.3f} |"
+
+    header = ["| model | pairwise accuracy | spearman | top-1 | top-5 |", "|---|---|---|---|---|"]
+    lines = header + [row(name, m) for name, m in table.items() if not name.startswith("other host")]
+    if other.workloads:
+        lines += ["", f"On another host's records ({' '.join(args.other_host)}: {len(other.throughputs)} records over "
+                  f"{len(other.workloads)} workloads), each workload ranked by a model that never saw it, trained "
+                  f"on all the records above:", ""]
+        lines += header + [row(name.removeprefix("other host: "), m) for name, m in table.items()
+                           if name.startswith("other host")]
     lines += ["", "Per held-out workload (lightgbm as shipped, all features):", "",
               "| workload | pairwise | spearman | top-1 | top-5 |", "|---|---|---|---|---|"]
     for w, m in table["lightgbm as shipped, all features"]["per_workload"].items():
-        lines.append(f"| {w} | {m['pairwise_accuracy']:.3f} | {m['spearman']:.3f} | {m['top1']:.3f} | {m['top5']:.3f} |")
+        lines.append(row(w, m))
+    if other.workloads:
+        alone, together = (table[name]["per_workload"] for name in table if name.startswith("other host"))
+        lines += ["", "Per workload of the other host (as shipped; with the host's other workloads trained on too):", "",
+                  "| workload | pairwise | top-5 | pairwise, host's others too | top-5, host's others too |",
+                  "|---|---|---|---|---|"]
+        for w in other.workloads:
+            a, b = alone[w], together[w]
+            lines.append(f"| {w} | {a['pairwise_accuracy']:.3f} | {a['top5']:.3f} | {b['pairwise_accuracy']:.3f} "
+                         f"| {b['top5']:.3f} |")
     report = "\n".join(lines)
     print(report)
     today = datetime.date.today().isoformat()
@@ -110,7 +138,8 @@ def main() -> None:
     (out / f"cost_model-{today}.md").write_text(
         f"# Cost model, leave-one-workload-out ({len(dataset.throughputs)} records, "
         f"{len(dataset.workloads)} workloads{extra})\n\nCommand: `python benchmarks/train_cost_model.py --records "
-        f"{args.records} --train-only {' '.join(args.train_only)}`\n\n{report}\n")
+        f"{args.records} --train-only {' '.join(args.train_only)} --other-host {' '.join(args.other_host)}`\n\n"
+        f"{report}\n")
     (out / f"cost_model-{today}.json").write_text(json.dumps(table, indent=1))
     if args.ship:
         path = pretrained_path("llvm")
