@@ -123,7 +123,8 @@ def main() -> None:
         lines.append(row(w, m))
     if other.workloads:
         alone, together = (table[name]["per_workload"] for name in table if name.startswith("other host"))
-        lines += ["", "Per workload of the other host (as shipped; with the host's other workloads trained on too):", "",
+        lines += ["", "Per workload of the other host (as shipped; with the host's other workloads trained on too):",
+                  "",
                   "| workload | pairwise | top-5 | pairwise, host's others too | top-5, host's others too |",
                   "|---|---|---|---|---|"]
         for w in other.workloads:
