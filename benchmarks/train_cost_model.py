@@ -100,29 +100,29 @@ def main() -> None:
     if passes["per_workload"]:
         table["reference: one timing pass ranking another, minutes later"] = passes
     other = files_to_dataset(args.other_host)
+    other_table = {}
     if other.workloads:
         seen = join(dataset, train_only)
-        table["other host: lightgbm as shipped"] = dataset_metrics(fit_pretrained(seen), other)
-        table["other host: lightgbm as shipped, the host's other workloads trained on too"] = evaluate(
-            other, shipped, every, seen)
+        other_table = {"lightgbm as shipped": dataset_metrics(fit_pretrained(seen), other),
+                       "lightgbm as shipped, the host's other workloads trained on too": evaluate(
+                           other, shipped, every, seen)}
 
     def row(name: str, m: dict) -> str:
         return f"| {name} | {m['pairwise_accuracy']:.3f} | {m['spearman']:.3f} | {m['top1']:.3f} | {m['top5']:.3f} |"
 
     header = ["| model | pairwise accuracy | spearman | top-1 | top-5 |", "|---|---|---|---|---|"]
-    lines = header + [row(name, m) for name, m in table.items() if not name.startswith("other host")]
-    if other.workloads:
+    lines = header + [row(name, m) for name, m in table.items()]
+    if other_table:
         lines += ["", f"On another host's records ({' '.join(args.other_host)}: {len(other.throughputs)} records over "
                   f"{len(other.workloads)} workloads), each workload ranked by a model that never saw it, trained "
                   f"on all the records above:", ""]
-        lines += header + [row(name.removeprefix("other host: "), m) for name, m in table.items()
-                           if name.startswith("other host")]
+        lines += header + [row(name, m) for name, m in other_table.items()]
     lines += ["", "Per held-out workload (lightgbm as shipped, all features):", "",
               "| workload | pairwise | spearman | top-1 | top-5 |", "|---|---|---|---|---|"]
     for w, m in table["lightgbm as shipped, all features"]["per_workload"].items():
         lines.append(row(w, m))
-    if other.workloads:
-        alone, together = (table[name]["per_workload"] for name in table if name.startswith("other host"))
+    if other_table:
+        alone, together = (m["per_workload"] for m in other_table.values())
         lines += ["", "Per workload of the other host (as shipped; with the host's other workloads trained on too):",
                   "",
                   "| workload | pairwise | top-5 | pairwise, host's others too | top-5, host's others too |",
@@ -141,6 +141,7 @@ def main() -> None:
         f"{len(dataset.workloads)} workloads{extra})\n\nCommand: `python benchmarks/train_cost_model.py --records "
         f"{args.records} --train-only {' '.join(args.train_only)} --other-host {' '.join(args.other_host)}`\n\n"
         f"{report}\n")
+    table.update({f"other host: {name}": m for name, m in other_table.items()})
     (out / f"cost_model-{today}.json").write_text(json.dumps(table, indent=1))
     if args.ship:
         path = pretrained_path("llvm")
