@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
 import numpy as np
 import pytest
 import tvm
@@ -10,6 +16,7 @@ import search
 import workloads
 from tests import faults
 from tuner import ErrorKind, LocalBuilder, LocalRunner, Measurer
+from tuner.builder import remove_stale_build_dirs
 
 WORKLOAD = workloads.matmul(64, 64, 64)
 
@@ -57,6 +64,23 @@ def test_measured_latency_is_of_a_correct_kernel(template):
     with Measurer.local("llvm", repeat=2) as measurer:
         results = measurer.measure(WORKLOAD.key, str(template.target), configs)
     assert all(r.ok and len(r.costs) == 2 for r in results)
+
+
+def test_build_folders_of_killed_runs_are_removed_and_no_others(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    killed = tmp_path / f"autotune-build-{gone.pid}-a"
+    live = tmp_path / f"autotune-build-{os.getpid()}-b"
+    killed_just_now = tmp_path / f"autotune-build-{gone.pid}-c"
+    for folder in (killed, live, killed_just_now):
+        folder.mkdir()
+    (killed / "candidate.so").write_bytes(b"")
+    two_hours_ago = time.time() - 7200
+    for folder in (killed, live):
+        os.utime(folder, (two_hours_ago, two_hours_ago))
+    remove_stale_build_dirs()
+    assert not killed.exists() and live.exists() and killed_just_now.exists()
 
 
 def test_cuda_candidates_build_and_export_without_a_gpu():

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 from search import Config
@@ -13,6 +15,37 @@ from search import Config
 from . import tasks
 from .measure_result import ErrorKind
 from .pool import TaskOutcome, WorkerPool
+
+
+BUILD_DIR_PREFIX = "autotune-build-"
+STALE_AFTER_S = 3600.0
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
+
+
+def remove_stale_build_dirs() -> None:
+    """Remove the build folders of killed runs: a SIGKILLed tuner cannot clean up after itself.
+
+    A folder is stale when the process named in it is gone and it has not changed for an hour
+    (the second test guards against a live process in another PID namespace sharing the folder).
+    """
+    now = time.time()
+    for path in Path(tempfile.gettempdir()).glob(f"{BUILD_DIR_PREFIX}*-*"):
+        pid = path.name[len(BUILD_DIR_PREFIX):].split("-")[0]
+        try:
+            stale = pid.isdigit() and not _process_exists(int(pid)) and now - path.stat().st_mtime > STALE_AFTER_S
+        except OSError:  # removed meanwhile by another run
+            continue
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -44,7 +77,8 @@ class LocalBuilder:
         self.workers = workers or len(os.sched_getaffinity(0))
         self.timeout_s = timeout_s
         self.build_fn = build_fn
-        self.out_dir = tempfile.mkdtemp(prefix="autotune-build-")
+        remove_stale_build_dirs()
+        self.out_dir = tempfile.mkdtemp(prefix=f"{BUILD_DIR_PREFIX}{os.getpid()}-")
         self._pool = WorkerPool(self.workers, env={"TVM_NUM_THREADS": "1"})
 
     def build(self, workload_key: str, target_json: str, configs: Sequence[Config]) -> list[BuildResult]:

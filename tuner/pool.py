@@ -53,7 +53,9 @@ class _Worker:
     is re-imported in the child and pools work from scripts, notebooks and tests alike."""
 
     def __init__(self, env: dict[str, str]):
-        self.log = tempfile.NamedTemporaryFile(prefix="autotune-worker-", suffix=".log", delete=False)
+        # Nameless (unlinked at once): the log goes away with the last process holding it, even
+        # when this one is SIGKILLed, so no run leaves files behind in the temp folder.
+        self.log = tempfile.TemporaryFile(prefix="autotune-worker-", suffix=".log")
         child_env = dict(os.environ, **env)
         # The worker imports what the parent imports: this package first, then the parent's path.
         child_env.setdefault("AUTOTUNE_WORKER_PRELOAD", PRELOAD)
@@ -76,7 +78,7 @@ class _Worker:
         self.ready = True
 
     def give(self, index: int, function: Callable, payload: Any) -> None:
-        self.log_offset = os.path.getsize(self.log.name)
+        self.log_offset = os.fstat(self.log.fileno()).st_size
         write_message(self.process.stdin, (function, payload))
         self.task_index, self.started = index, time.monotonic()
 
@@ -87,9 +89,8 @@ class _Worker:
             return "crash", None
 
     def log_tail(self) -> str:
-        with open(self.log.name, "rb") as log:
-            log.seek(self.log_offset)
-            return log.read().decode(errors="replace")
+        size = os.fstat(self.log.fileno()).st_size
+        return os.pread(self.log.fileno(), max(0, size - self.log_offset), self.log_offset).decode(errors="replace")
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -101,7 +102,6 @@ class _Worker:
             except OSError:
                 pass
         self.log.close()
-        os.unlink(self.log.name)
 
     def stop(self) -> None:
         try:
@@ -127,7 +127,9 @@ class WorkerPool:
         self._workers: list[_Worker] = []
 
     def _ensure_workers(self) -> None:
-        self._workers = [w for w in self._workers if w.process.poll() is None]
+        for worker in [w for w in self._workers if w.process.poll() is not None]:
+            worker.kill()  # died between maps: release its pipes and log
+            self._workers.remove(worker)
         while len(self._workers) < self.size:
             self._workers.append(_Worker(self.env))
 
