@@ -74,9 +74,28 @@ class CPUTemplate(Template):
             return f"nothing to pack when vectorizing axis {config['vector_axis']}"
         return None
 
+    def prefix_key(self, config: Config) -> tuple[int, int]:
+        vec = self.vector_axis(config)
+        return vec, config[self.axis_knob(vec)][-1] if config.get("pack") else 0
+
+    def schedule_prefix(self, sch, config: Config) -> None:
+        """The accumulator (its layout), the fused epilogue and the packed operand."""
+        s = self.structure
+        block = sch.get_sblock(s.main_block)
+        vec = self.vector_axis(config)
+        sch.cache_write(block, 0, "global")
+        if vec != s.spatial[-1]:
+            inner_order = [a for a in s.spatial if a != vec] + [vec]
+            self.contiguous_accumulator(sch, block, [s.spatial.index(a) for a in inner_order])
+        if s.epilogue_block:
+            sch.reverse_compute_inline(sch.get_sblock(s.epilogue_block))
+        if config.get("pack"):
+            self.pack(sch, block, vec, config[self.axis_knob(vec)][-1])
+
     def schedule(self, sch, config: Config) -> None:
         s = self.structure
         block = sch.get_sblock(s.main_block)
+        (writeback,) = sch.get_consumers(block)
         vec = self.vector_axis(config)
         axis_loops = dict(zip(range(len(s.extents)), sch.get_loops(block)))
         split = {a: sch.split(axis_loops[a], factors=list(config[self.axis_knob(a)])) for a in axis_loops}
@@ -85,11 +104,6 @@ class CPUTemplate(Template):
                   [split[a][0] for a in s.reduce], [split[a][2] for a in s.spatial],
                   [split[a][1] for a in s.reduce], [split[a][3] for a in inner_order]]
         sch.reorder(*[loop for level in levels for loop in level])
-        writeback = sch.cache_write(block, 0, "global")
-        if vec != s.spatial[-1]:
-            self.contiguous_accumulator(sch, block, [s.spatial.index(a) for a in inner_order])
-        if s.epilogue_block:
-            sch.reverse_compute_inline(sch.get_sblock(s.epilogue_block))
         outer = sch.fuse(*levels[0])
         sch.parallel(outer)
         attach = outer if config["write_at"] == 0 else levels[1][-1]
@@ -106,8 +120,6 @@ class CPUTemplate(Template):
         # in unrolled nests for minutes)
         if len(writeback_loops) > attach_depth and vec == s.spatial[-1]:
             self.vectorize_innermost(sch, writeback_loops[-1])
-        if config.get("pack"):
-            self.pack(sch, block, vec, config[self.axis_knob(vec)][-1])
 
     @staticmethod
     def vectorize_innermost(sch, loop) -> None:

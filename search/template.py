@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
+from typing import Hashable
 
 import numpy as np
 
@@ -15,13 +16,15 @@ from .structure import Structure, analyze
 
 
 class Template(ABC):
-    """Subclasses define `make_space` and `schedule`; apply() is deterministic in the config."""
+    """Subclasses define `make_space` and `schedule`, and may split off a shared `schedule_prefix`;
+    apply() is deterministic in the config."""
 
     def __init__(self, workload: Workload, target):
         self.workload = workload
         self.target = target
         self.structure: Structure = analyze(workload)
         self.prim_func = self._inline_padding(workload.prim_func())  # built once: PrimFuncs are immutable
+        self._prefixes: dict[Hashable, object] = {}
         self.space: Space = self.make_space()
 
     def _inline_padding(self, func):
@@ -40,7 +43,18 @@ class Template(ABC):
 
     @abstractmethod
     def schedule(self, sch, config: Config) -> None:
-        """Apply `config` to a fresh schedule of the workload's PrimFunc, in place."""
+        """Apply `config` to `schedule_prefix`'s result for it, in place."""
+
+    def prefix_key(self, config: Config) -> Hashable:
+        """What `schedule_prefix` reads of a config: configs with equal keys share one prefix."""
+        return None
+
+    def schedule_prefix(self, sch, config: Config) -> None:
+        """The first steps of a config's schedule, those that depend on `prefix_key(config)` alone.
+
+        They are applied once per key and copied after: caching, layout rewrites and inlining do
+        not depend on tile sizes, and took half of applying a conv's config. None by default.
+        """
 
     def axis_knob(self, axis: int) -> str:
         return f"tile_{self.structure.axis_names[axis]}"
@@ -50,19 +64,25 @@ class Template(ABC):
         config = config if isinstance(config, Config) else Config(config)
         return self.unchecked_apply(self.space.check(config))
 
-    @functools.cached_property
-    def _blank_schedule(self):
-        """The unscheduled program; copying it costs about a hundredth of building a schedule."""
+    def _prefix(self, config: Config):
+        """The shared prefix of `config`'s schedule, built on first use; copying one costs about a
+        hundredth of building it. Threads may build a key twice: both results are equal."""
         from tvm import s_tir
 
-        return s_tir.Schedule(self.prim_func, error_render_level="none")
+        key = self.prefix_key(config)
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            prefix = s_tir.Schedule(self.prim_func, error_render_level="none")
+            self.schedule_prefix(UncheckedSchedule(prefix), config)
+            self._prefixes[key] = prefix
+        return prefix
 
     def unchecked_apply(self, config: Config):
         """`apply` without the space's rules (which may themselves need the program)."""
         from tvm import s_tir
 
-        sch = self._blank_schedule.copy()
         try:
+            sch = self._prefix(config).copy()
             self.schedule(UncheckedSchedule(sch), config)
         except s_tir.ScheduleError:
             raise InvalidConfig(f"{self.workload.key}: {config} cannot be applied: {self.explain(config)}") from None
@@ -73,7 +93,9 @@ class Template(ABC):
         from tvm import s_tir
 
         try:
-            self.schedule(s_tir.Schedule(self.prim_func, error_render_level="detail"), config)
+            sch = s_tir.Schedule(self.prim_func, error_render_level="detail")
+            self.schedule_prefix(sch, config)
+            self.schedule(sch, config)
         except s_tir.ScheduleError as err:
             lines = [line for line in str(err).splitlines() if line.startswith(("Error message", "ScheduleError"))]
             return " ".join(lines) or str(err).splitlines()[-1]

@@ -178,6 +178,25 @@ def test_same_config_gives_same_program(name, target):
             f"{config.id}: a fresh template gives another program"
 
 
+@pytest.mark.parametrize("name", ["matmul_7x13x17_bias_relu", "batch_matmul_3x7x13x17", "conv2d_nchw_s2_p3",
+                                  "conv2d_nhwc_bias_relu", "depthwise_s2_p3"])
+def test_shared_prefixes_give_the_program_built_step_by_step(name):
+    """Configs applied on threads from cached prefixes (`Template.schedule_prefix`) equal programs
+    built from the bare workload: nothing of one config leaks into another through a prefix."""
+    from tvm import s_tir
+
+    tpl = search.template_for(WORKLOADS[name], "llvm")
+    configs = sample(tpl, 24, seed=SEED + 3)
+    assert len({tpl.prefix_key(c) for c in configs}) < len(configs)  # some prefixes are shared
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        applied = list(pool.map(tpl.apply, configs))
+    for config, sch in zip(configs, applied):
+        scratch = s_tir.Schedule(tpl.prim_func)
+        tpl.schedule_prefix(scratch, config)
+        tpl.schedule(scratch, config)
+        assert sch.mod.script() == scratch.mod.script(), config.id
+
+
 # ----------------------------------------------------------------------------------- JSON
 
 JSON_CASES = [(n, t) for n in ("matmul_257x131x509", "matmul_33x20x17_transpose_b", "batch_matmul_3x7x13x17",
