@@ -74,7 +74,12 @@ class CPUTemplate(Template):
             return f"nothing to pack when vectorizing axis {config['vector_axis']}"
         return None
 
+    def inner_order(self, vec: int) -> list[int]:
+        """The spatial axes in register-tile order: the vectorized one innermost."""
+        return [a for a in self.structure.spatial if a != vec] + [vec]
+
     def prefix_key(self, config: Config) -> tuple[int, int]:
+        """(vectorized axis, packing width or 0)."""
         vec = self.vector_axis(config)
         return vec, config[self.axis_knob(vec)][-1] if config.get("pack") else 0
 
@@ -82,15 +87,14 @@ class CPUTemplate(Template):
         """The accumulator (its layout), the fused epilogue and the packed operand."""
         s = self.structure
         block = sch.get_sblock(s.main_block)
-        vec = self.vector_axis(config)
+        vec, pack_width = self.prefix_key(config)
         sch.cache_write(block, 0, "global")
         if vec != s.spatial[-1]:
-            inner_order = [a for a in s.spatial if a != vec] + [vec]
-            self.contiguous_accumulator(sch, block, [s.spatial.index(a) for a in inner_order])
+            self.contiguous_accumulator(sch, block, [s.spatial.index(a) for a in self.inner_order(vec)])
         if s.epilogue_block:
             sch.reverse_compute_inline(sch.get_sblock(s.epilogue_block))
-        if config.get("pack"):
-            self.pack(sch, block, vec, config[self.axis_knob(vec)][-1])
+        if pack_width:
+            self.pack(sch, block, vec, pack_width)
 
     def schedule(self, sch, config: Config) -> None:
         s = self.structure
@@ -99,10 +103,9 @@ class CPUTemplate(Template):
         vec = self.vector_axis(config)
         axis_loops = dict(zip(range(len(s.extents)), sch.get_loops(block)))
         split = {a: sch.split(axis_loops[a], factors=list(config[self.axis_knob(a)])) for a in axis_loops}
-        inner_order = [a for a in s.spatial if a != vec] + [vec]
         levels = [[split[a][0] for a in s.spatial], [split[a][1] for a in s.spatial],
                   [split[a][0] for a in s.reduce], [split[a][2] for a in s.spatial],
-                  [split[a][1] for a in s.reduce], [split[a][3] for a in inner_order]]
+                  [split[a][1] for a in s.reduce], [split[a][3] for a in self.inner_order(vec)]]
         sch.reorder(*[loop for level in levels for loop in level])
         outer = sch.fuse(*levels[0])
         sch.parallel(outer)
