@@ -2,7 +2,8 @@
 
     python benchmarks/feature_speed.py --candidates 1000
 For matmul 512^3 and a ResNet-50 3x3 conv, times `FeatureExtractor` on random candidates of the
-CPU space (all cores, as the tuner runs it) and splits the time into its parts. Each figure is the
+CPU space (all cores, as the tuner runs it), then splits a candidate's cost on one thread into
+applying its schedule, TVM's PerStoreFeature and our added (draft) terms. Each figure is the
 median of `--repeats` timings: one timing on a shared machine swings by a fifth.
 """
 
@@ -44,20 +45,21 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{len(os.sched_getaffinity(0))} cores; {args.candidates} random candidates per workload; "
           f"median of {args.repeats} timings\n")
-    print("| workload | all features, s | apply schedules (threads), s | PerStoreFeature, s | draft terms, s |")
+    print("| workload | all features, s | one thread: apply, ms | one thread: PerStoreFeature, ms "
+          "| one thread: draft terms, ms |")
     print("|---|---|---|---|---|")
     for key in WORKLOADS:
         template = template_for(from_key(key), "llvm")
         extractor = FeatureExtractor(template)
         configs = template.space.sample(np.random.default_rng(args.seed), args.candidates)
-        extractor(configs[:8])  # first-call costs out of the way
+        extractor(configs[:64])  # first-call costs out of the way
         seconds = []
         for _ in range(args.repeats):
             _, total = timed(extractor, configs)
-            schedules, apply_s = timed(extractor.apply, configs)
-            _, per_store_s = timed(extractor.stores_of, schedules)
+            _, apply_s = timed(lambda: [template.apply(c) for c in configs])
+            _, per_store_s = timed(extractor.per_store, configs, 1)  # applies too
             _, draft_s = timed(lambda: [draft_features(template, c) for c in configs])
-            seconds.append((total, apply_s, per_store_s, draft_s))
+            seconds.append((total, *(1e3 * s / len(configs) for s in (apply_s, per_store_s - apply_s, draft_s))))
         print(f"| {key} | " + " | ".join(f"{s:.2f}" for s in np.median(seconds, axis=0)) + " |", flush=True)
     return 0
 

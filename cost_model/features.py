@@ -8,6 +8,7 @@ caches; the draft model's terms (`cost_model.draft`) add those.
 from __future__ import annotations
 
 import os
+import queue
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
@@ -44,51 +45,68 @@ BASE_COLUMNS = slice(0, 2 * len(PER_STORE_NAMES) + 1)  # the PerStoreFeature par
 
 
 def _context(target):
-    """A TuneContext for the extractor without TuneContext.__init__'s tensor-intrinsic import,
-    which costs 15-50 s and is not needed to read features."""
+    """A one-thread TuneContext for the extractor, without TuneContext.__init__'s tensor-intrinsic
+    import, which costs 15-50 s and is not needed to read features."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule import _ffi_api
     from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
 
     context = ms.TuneContext.__new__(ms.TuneContext)
-    threads = int(target.attrs.get("num-cores", len(os.sched_getaffinity(0)))) if target.kind.name == "llvm" else 1
     context.__init_handle_by_constructor__(_ffi_api.TuneContext, None, target, None, None, "features",
-                                           threads, 1, get_logging_func(get_logger(__name__)))
+                                           1, 1, get_logging_func(get_logger(__name__)))
     return context
 
 
 class FeatureExtractor:
     """Features of configs of one template; deterministic, `len(FEATURE_NAMES)` columns always.
 
-    Schedules are applied on a thread per core: TVM's schedule primitives release the GIL, and
-    applying them is half the cost of a candidate's features (PerStoreFeature is threaded itself).
+    Configs are cut into chunks that a thread per core takes in turn; a thread applies a chunk's
+    schedules and reads their `PerStoreFeature`s itself, with a template replica of its own
+    (`Template.replica`). Both steps are TVM's C++, which releases the GIL.
     """
 
-    def __init__(self, template: Template):
+    CHUNK = 32
+
+    def __init__(self, template: Template, threads: int | None = None):
+        """`threads`: how many threads apply and read configs; default one per core."""
         from tvm.s_tir import meta_schedule as ms
 
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
         self.template = template
+        self.threads = threads or len(os.sched_getaffinity(0))
+        self._idle: queue.SimpleQueue[Template] = queue.SimpleQueue()
+        self._idle.put(template)
+        for _ in range(self.threads - 1):
+            self._idle.put(template.replica())
         self._extractor = ms.feature_extractor.PerStoreFeature()
         self._context = _context(template.target)
         self._args = ms.arg_info.ArgInfo.from_prim_func(template.prim_func)
 
-    def apply(self, configs: Sequence[Config]) -> list:
-        """The scheduled programs of `configs`, in order."""
-        with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
-            return list(pool.map(self.template.apply, configs))
+    def per_store(self, configs: Sequence[Config], threads: int | None = None) -> list[np.ndarray]:
+        """The raw (stores x 164) `PerStoreFeature` matrix of each config, on up to `threads`
+        threads (default: all of the extractor's)."""
+        configs = [self.template.check(c) for c in configs]
+        chunks = [configs[i:i + self.CHUNK] for i in range(0, len(configs), self.CHUNK)]
+        workers = max(1, min(threads or self.threads, self.threads, len(chunks)))
+        with ThreadPoolExecutor(workers) as pool:  # as many threads as templates: none waits for one
+            return [stores for chunk in pool.map(self._chunk_stores, chunks) for stores in chunk]
 
-    def stores_of(self, schedules: Sequence) -> list[np.ndarray]:
-        """The raw (stores x 164) `PerStoreFeature` matrix of each scheduled program."""
+    def _chunk_stores(self, configs: list[Config]) -> list[np.ndarray]:
         from tvm.s_tir import meta_schedule as ms
 
-        candidates = [ms.MeasureCandidate(sch, self._args) for sch in schedules]
-        return [f.numpy() for f in self._extractor.extract_from(self._context, candidates)]
+        template = self._idle.get()
+        try:
+            candidates = [ms.MeasureCandidate(template.unchecked_apply(c), self._args) for c in configs]
+            return [f.numpy() for f in self._extractor.extract_from(self._context, candidates)]
+        finally:
+            self._idle.put(template)
 
     def __call__(self, configs: Sequence[Config]) -> np.ndarray:
         if not configs:
             return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
         rows = []
-        for config, stores in zip(configs, self.stores_of(self.apply(configs))):
+        for config, stores in zip(configs, self.per_store(configs)):
             stores = stores if len(stores) else np.zeros((1, len(PER_STORE_NAMES)))
             draft = draft_features(self.template, config)
             rows.append(np.concatenate([stores.max(axis=0), stores.sum(axis=0), [np.log2(len(stores))],
