@@ -75,10 +75,8 @@ class FeatureExtractor:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.template = template
         self.threads = threads or len(os.sched_getaffinity(0))
-        self._idle: queue.SimpleQueue[Template] = queue.SimpleQueue()
+        self._idle: queue.SimpleQueue[Template] = queue.SimpleQueue()  # templates no thread is using
         self._idle.put(template)
-        for _ in range(self.threads - 1):
-            self._idle.put(template.replica())
         self._extractor = ms.feature_extractor.PerStoreFeature()
         self._context = _context(template.target)
         self._args = ms.arg_info.ArgInfo.from_prim_func(template.prim_func)
@@ -89,13 +87,16 @@ class FeatureExtractor:
         configs = [self.template.check(c) for c in configs]
         chunks = [configs[i:i + self.CHUNK] for i in range(0, len(configs), self.CHUNK)]
         workers = max(1, min(threads or self.threads, self.threads, len(chunks)))
-        with ThreadPoolExecutor(workers) as pool:  # as many threads as templates: none waits for one
+        with ThreadPoolExecutor(workers) as pool:
             return [stores for chunk in pool.map(self._chunk_stores, chunks) for stores in chunk]
 
     def _chunk_stores(self, configs: list[Config]) -> list[np.ndarray]:
         from tvm.s_tir import meta_schedule as ms
 
-        template = self._idle.get()
+        try:
+            template = self._idle.get_nowait()
+        except queue.Empty:  # replicas are made as threads need them: one per thread at most
+            template = self.template.replica()
         try:
             candidates = [ms.MeasureCandidate(template.unchecked_apply(c), self._args) for c in configs]
             return [f.numpy() for f in self._extractor.extract_from(self._context, candidates)]
