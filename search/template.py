@@ -70,8 +70,8 @@ class Template(ABC):
     def replica(self) -> "Template":
         """A template that schedules configs as this one does but shares no TVM object with it
         (its space is the full one), for applying checked configs on another thread: threads
-        that share one program's nodes contend on their reference counts (on two cores, 1.3x
-        the speed of one thread against 1.65x with a replica each)."""
+        that share one program's nodes contend on their reference counts (applying on two cores
+        ran 1.3-1.5x as fast as on one, and 1.65x with a replica each)."""
         return type(self)(self.workload, self.target)
 
     def _prefix(self, config: Config):
