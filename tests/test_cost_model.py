@@ -41,10 +41,15 @@ def test_features_are_deterministic_and_of_one_length_for_every_operator():
             np.testing.assert_array_equal(first, second)
 
 
-def test_features_on_threads_equal_those_on_one_and_bad_configs_are_refused():
+THREADED_CASES = [(workloads.conv2d(1, 8, 9, 9, 16, 3, 3, padding=1), "llvm"),
+                  (workloads.matmul(64, 64, 64), {"kind": "cuda", "arch": "sm_80"})]
+
+
+@pytest.mark.parametrize("workload,target", THREADED_CASES, ids=["llvm-conv2d", "cuda-matmul"])
+def test_features_on_threads_equal_those_on_one_and_bad_configs_are_refused(workload, target):
     """Threads take chunks of configs, each with a template replica of its own: the rows must be
     those one thread computes, in the configs' order."""
-    template = search.template_for(workloads.conv2d(1, 8, 9, 9, 16, 3, 3, padding=1), "llvm")
+    template = search.template_for(workload, target)
     configs = template.space.sample(np.random.default_rng(5), 3 * FeatureExtractor.CHUNK + 5)
     extractor = FeatureExtractor(template, threads=4)
     threaded, alone = extractor.per_store(configs), extractor.per_store(configs, threads=1)
@@ -52,7 +57,7 @@ def test_features_on_threads_equal_those_on_one_and_bad_configs_are_refused():
     for a, b in zip(threaded, alone):
         np.testing.assert_array_equal(a, b)
     bad = dict(configs[0], unroll=3)
-    with pytest.raises(search.InvalidConfig, match="unroll"):
+    with pytest.raises(search.InvalidConfig, match="unroll"):  # every template has an unroll knob
         extractor(configs[:4] + [bad])
     with pytest.raises(ValueError, match="threads"):
         FeatureExtractor(template, threads=0)
