@@ -5,7 +5,7 @@ from pathlib import Path
 from setuptools import setup
 
 version = {}
-exec(Path("tuner/version.py").read_text(), version)
+exec(Path("search/version.py").read_text(), version)
 
 setup(
     name="autotune",

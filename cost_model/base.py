@@ -55,24 +55,3 @@ def check_data(features: np.ndarray, throughputs: np.ndarray, groups: np.ndarray
         raise ValueError(f"features {features.shape}, throughputs {throughputs.shape} and groups summing to "
                          f"{groups.sum()} do not agree")
     return features, throughputs, groups
-
-
-class DataBuffer:
-    """The training data a ranker has seen, grouped per workload, so `update` can refit on all."""
-
-    def __init__(self):
-        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def add(self, features, throughputs, groups) -> None:
-        start = 0
-        for size in groups:
-            self.parts.append((features[start:start + size], throughputs[start:start + size]))
-            start += size
-
-    def merged(self, min_group: int = 2):
-        """All data with groups of at least `min_group` rows (a group of one teaches no order)."""
-        parts = [p for p in self.parts if len(p[0]) >= min_group]
-        if not parts:
-            return None
-        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                np.array([len(p[0]) for p in parts]))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from search import Config, InvalidConfig, template_for
-from search.targets import target_from_key
-from tuner.records import RecordStore, fastest_per_config
+from search.records import RecordStore, fastest_per_config, median_cost
+from search.targets import TargetInfo
 from workloads import from_key
 
 from .features import FEATURE_NAMES, FeatureExtractor
@@ -18,7 +18,7 @@ from .features import FEATURE_NAMES, FeatureExtractor
 
 @lru_cache(maxsize=64)
 def extractor_for(workload_key: str, target_key: str) -> FeatureExtractor:
-    return FeatureExtractor(template_for(from_key(workload_key), target_from_key(target_key)))
+    return FeatureExtractor(template_for(from_key(workload_key), TargetInfo.from_key(target_key)))
 
 
 @dataclass
@@ -49,11 +49,10 @@ def join(*datasets: Dataset) -> Dataset:
                    np.concatenate([d.groups for d in datasets]), names)
 
 
-def throughput(record: Mapping) -> float:
-    costs = record.get("costs") or []
-    if record.get("error") != "none" or not costs:
-        return 0.0
-    return from_key(record["workload"]).flops / float(np.median(costs))
+def throughput(record: Mapping[str, Any]) -> float:
+    """FLOP/s of a record's kernel; 0 for a failed candidate."""
+    latency = median_cost(record)
+    return from_key(record["workload"]).flops / latency if np.isfinite(latency) else 0.0
 
 
 def records_to_dataset(records: Iterable[Mapping]) -> Dataset:

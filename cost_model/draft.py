@@ -58,7 +58,7 @@ def draft_features(template: Template, config: Config) -> dict[str, float]:
     loads = sum(r.footprint(inner) for r in s.reads)
     features["loads_per_fma"] = loads / outputs_inner
     features["log_register_tile"] = math.log2(outputs_inner)
-    if template.target.kind.name == "cuda":
+    if template.target.is_cuda:
         features.update(_cuda_draft(template, config))
     else:
         features.update(_cpu_draft(template, config, outputs_inner, loads))
@@ -67,7 +67,7 @@ def draft_features(template: Template, config: Config) -> dict[str, float]:
 
 def _cpu_draft(template: Template, config: Config, fmas: int, loads: int) -> dict[str, float]:
     s = template.structure
-    cores, lanes = int(template.target.attrs.get("num-cores", 1)), template.lanes
+    cores, lanes = template.target.cores, template.lanes
     parallel = math.prod(_level(template, config, 0))
     vec_axis = s.axis_names.index(config["vector_axis"])
     width = config[template.axis_knob(vec_axis)][-1]

@@ -78,7 +78,7 @@ class FeatureExtractor:
         self._idle: queue.SimpleQueue[Template] = queue.SimpleQueue()  # templates no thread is using
         self._idle.put(template)
         self._extractor = ms.feature_extractor.PerStoreFeature()
-        self._context = _context(template.target)
+        self._context = _context(template.target.tvm)
         self._args = ms.arg_info.ArgInfo.from_prim_func(template.prim_func)
 
     def per_store(self, configs: Sequence[Config], threads: int | None = None) -> list[np.ndarray]:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DataBuffer, check_data, relevance
+from .base import check_data, relevance
+from .training import TrainingData
 
 
 class LightGBMRanker:
@@ -25,7 +26,7 @@ class LightGBMRanker:
         self.init_model = init_model
         self.booster_ = None
         self.base_booster_ = self._load_base(init_model)
-        self._data = DataBuffer()
+        self._data = TrainingData()
 
     @staticmethod
     def _load_base(init_model):
@@ -69,14 +70,14 @@ class LightGBMRanker:
 
     def fit(self, features, throughputs, groups) -> "LightGBMRanker":
         """Train on this data only (plus the transferred trees)."""
-        self._data = DataBuffer()
+        self._data = TrainingData()
         return self.update(features, throughputs, groups)
 
     def update(self, features, throughputs, groups) -> "LightGBMRanker":
         """Add data and retrain on everything seen so far."""
         import lightgbm
 
-        self._data.add(*check_data(features, throughputs, groups))
+        self._data.add_groups(*check_data(features, throughputs, groups))
         merged = self._data.merged()
         if merged is None:
             return self

@@ -6,7 +6,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from tuner.records import config_id, is_ok, median_cost
+from search.config import config_id
+from search.records import is_ok, median_cost
 
 from .dataset import Dataset, records_to_dataset
 

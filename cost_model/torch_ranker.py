@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import DataBuffer, check_data
+from .base import check_data
+from .training import TrainingData
 
 
 def _network(width: int, hidden: int):
@@ -21,17 +22,17 @@ class TorchRanker:
         self.pairs_per_group, self.seed = pairs_per_group, seed
         self.net_ = None
         self.mean_ = self.scale_ = None
-        self._data = DataBuffer()
+        self._data = TrainingData()
 
     def fit(self, features, throughputs, groups) -> "TorchRanker":
-        self._data = DataBuffer()
+        self._data = TrainingData()
         self.net_ = None
         return self.update(features, throughputs, groups)
 
     def update(self, features, throughputs, groups) -> "TorchRanker":
         import torch
 
-        self._data.add(*check_data(features, throughputs, groups))
+        self._data.add_groups(*check_data(features, throughputs, groups))
         merged = self._data.merged()
         if merged is None:
             return self

@@ -3,9 +3,9 @@
 from .config import Config
 from .knobs import ChoiceKnob, Knob, OrderKnob, PlacementKnob, SplitKnob, split_knob
 from .space import InvalidConfig, Space
-from .targets import resolve_target, target_key
+from .targets import TargetInfo, resolve_target
 from .template import Template
 from .templates import template_for
 
 __all__ = ["Config", "Knob", "ChoiceKnob", "OrderKnob", "PlacementKnob", "SplitKnob", "split_knob",
-           "Space", "InvalidConfig", "Template", "template_for", "resolve_target", "target_key"]
+           "Space", "InvalidConfig", "Template", "template_for", "resolve_target", "TargetInfo"]

@@ -9,6 +9,12 @@ from typing import Any, Iterator
 Value = Any  # int, str, bool, or a tuple of ints (a split)
 
 
+def config_id(config: Mapping[str, Any]) -> str:
+    """The identity of a config, `Config.id`: canonical JSON text, equal for equal configs whatever
+    their key order or container types, so records of raw dicts and `Config`s agree."""
+    return json.dumps(dict(config), sort_keys=True, separators=(",", ":"))
+
+
 def _freeze(value: Any) -> Value:
     return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else value
 
@@ -64,4 +70,4 @@ class Config(Mapping):
     @property
     def id(self) -> str:
         """Canonical JSON text: the identity used by records to avoid measuring twice."""
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return config_id(self)

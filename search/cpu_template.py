@@ -7,7 +7,6 @@ import math
 from .config import Config
 from .knobs import ChoiceKnob, OrderKnob, PlacementKnob, split_knob
 from .space import Space
-from .targets import num_cores, vector_lanes
 from .template import Template
 
 SPATIAL_LEVELS = 4  # parallel outer, cache tile, register tile outer, register tile inner
@@ -48,7 +47,7 @@ class CPUTemplate(Template):
             knobs.append(ChoiceKnob("pack", (0, 1)))
         knobs.append(ChoiceKnob("unroll", UNROLL_STEPS))
         knobs.append(PlacementKnob("write_at", (0, 1)))
-        self.lanes = vector_lanes(self.target, self.workload.dtype)
+        self.lanes = self.target.vector_lanes(self.workload.dtype)
         return Space(tuple(knobs), (self.register_rule, self.vector_rule, self.pack_rule))
 
     def vector_axis(self, config: Config) -> int:

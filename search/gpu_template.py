@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from .config import Config
 from .space import InvalidConfig
-from .targets import cuda_limit
 from .template import Template, lower_schedule
 
 MAX_REGISTERS = 255
@@ -16,10 +15,10 @@ class GPUTemplate(Template):
     `registers` (per thread), and list `gpu_code_rule` last among their rules."""
 
     def read_limits(self) -> None:
-        self.warp = cuda_limit(self.target, "thread_warp_size")
-        self.max_threads = cuda_limit(self.target, "max_threads_per_block")
-        self.max_shared = cuda_limit(self.target, "max_shared_memory_per_block")
-        self.block_registers = cuda_limit(self.target, "registers_per_block")
+        self.warp = self.target.cuda_limit("thread_warp_size")
+        self.max_threads = self.target.cuda_limit("max_threads_per_block")
+        self.max_shared = self.target.cuda_limit("max_shared_memory_per_block")
+        self.block_registers = self.target.cuda_limit("registers_per_block")
         self._verified: dict[Config, str | None] = {}
 
     @staticmethod
@@ -54,7 +53,7 @@ class GPUTemplate(Template):
             limits = {"max_shared_memory_per_block": self.max_shared, "max_threads_per_block": self.max_threads,
                       "max_thread_x": self.max_threads, "max_local_memory_per_block": 1 << 31}
             try:
-                lowered = lower_schedule(self.unchecked_apply(config), self.target)
+                lowered = lower_schedule(self.unchecked_apply(config), self.target.tvm)
             except InvalidConfig as err:
                 self._verified[config] = str(err)
             else:

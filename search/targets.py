@@ -1,82 +1,180 @@
-"""Resolving what the user typed as a target into a `tvm.target.Target`, and the facts templates need."""
+"""`TargetInfo`: what the user typed as a target, resolved once into the facts every layer reads.
+
+One value travels everywhere (templates, cost model, measurer, records): the TVM target it
+builds, its kind, the CPU's ISA and vector width, the cores, the cache sizes, and room for the
+machine's measured peaks. It is a frozen dataclass, so it pickles to the worker processes as it
+is; records name it by its `key`, and `TargetInfo.from_key` reads that name back.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
-from typing import Any
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
-import tvm
+if TYPE_CHECKING:
+    import tvm
+
+Kind = Literal["llvm", "cuda"]
 
 CUDA_DEFAULT_TAG = "nvidia/nvidia-h100"  # sm_90, the lent GPUs' architecture, when no GPU is visible
 CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
                "thread_warp_size": 32, "registers_per_block": 65536}
+ISA_FEATURES = ("sse4.2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vnni", "neon", "sve")
+CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def _cache_sizes() -> dict[str, int]:
+    """This machine's data and unified cache sizes in bytes by level (L1, L2, L3), from the OS."""
+    sizes: dict[str, int] = {}
+    for index in sorted(CACHE_DIR.glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            level = (index / "level").read_text().strip()
+            text = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        if kind == "Instruction" or not text:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+        sizes[f"L{level}"] = int(text.rstrip("KMG")) * scale
+    return sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetInfo:
+    """A resolved target. `spec` is the exact TVM target as JSON; the rest are facts read off it
+    (and, for this machine's CPU, off the OS), so no layer has to ask TVM again."""
+
+    kind: Kind
+    spec: str
+    cores: int = 1
+    mcpu: str = ""  # CPU model as LLVM names it (llvm only)
+    arch: str = ""  # compute capability, e.g. "sm_90a" (cuda only)
+    isa: tuple[str, ...] = ()  # CPU vector features the target enables (llvm only)
+    vector_bits: int = 128
+    caches: tuple[tuple[str, int], ...] = ()  # (("L1", bytes), ("L2", bytes), ...) when known
+    peak_gflops: float | None = None  # measured peaks, where the machine was measured
+    bandwidth_gbs: float | None = None
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.kind == "cuda"
+
+    @property
+    def device_type(self) -> Literal["cpu", "cuda"]:
+        """The runtime device kernels of this target run on."""
+        return "cuda" if self.is_cuda else "cpu"
+
+    @cached_property
+    def tvm(self) -> tvm.target.Target:
+        """The TVM target, built on first use in each process."""
+        import tvm
+
+        return tvm.target.Target(json.loads(self.spec))
+
+    @property
+    def key(self) -> str:
+        """The identity records are filed under: kind and the facts that change timings."""
+        if self.is_cuda:
+            return f"cuda -arch={self.arch or 'sm_50'}"
+        return f"llvm -mcpu={self.mcpu or 'generic'} -num-cores={self.cores}"
+
+    def vector_lanes(self, dtype: str) -> int:
+        """SIMD lanes of `dtype` in one vector register (CPU targets)."""
+        import tvm
+
+        return self.vector_bits // tvm.runtime.DataType(dtype).bits
+
+    def cuda_limit(self, name: str) -> int:
+        """A per-block limit of a CUDA target (`max_threads_per_block`, ...), TVM's or the default."""
+        value = self.tvm.attrs.get(name)
+        return int(value) if value is not None else CUDA_LIMITS[name]
+
+    def cache_bytes(self, level: str) -> int | None:
+        return dict(self.caches).get(level)
+
+    def with_peaks(self, peak_gflops: float, bandwidth_gbs: float) -> "TargetInfo":
+        """The same target with the machine's measured peak FLOP/s and memory bandwidth."""
+        return dataclasses.replace(self, peak_gflops=peak_gflops, bandwidth_gbs=bandwidth_gbs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # not the cached TVM target
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __str__(self) -> str:
+        return self.key
+
+    @classmethod
+    def from_tvm(cls, target: tvm.target.Target, caches: Mapping[str, int] | None = None) -> "TargetInfo":
+        import tvm
+
+        if target.kind.name not in ("llvm", "cuda"):
+            raise ValueError(f"target kind {target.kind.name!r} is not supported; use llvm or cuda")
+        if target.kind.name == "cuda":
+            if target.host is None:
+                target = tvm.target.Target(target, host=host_cpu_target())
+            return cls("cuda", str(target), cores=1, arch=str(target.attrs.get("arch", "")))
+        from tvm.target.codegen import target_has_features
+
+        with target:
+            isa = tuple(f for f in ISA_FEATURES if target_has_features(f))
+        bits = 512 if "avx512f" in isa else 256 if "avx2" in isa else 128
+        return cls("llvm", str(target), cores=int(target.attrs.get("num-cores", 1)),
+                   mcpu=str(target.attrs.get("mcpu", "")), isa=isa, vector_bits=bits,
+                   caches=tuple(sorted((caches or {}).items())))
+
+    @classmethod
+    def from_key(cls, key: str) -> "TargetInfo":
+        """The target a record names (inverse of `key`), for reading records back."""
+        import tvm
+
+        kind, *options = key.split()
+        try:
+            attrs = dict(option.lstrip("-").split("=", 1) for option in options)
+        except ValueError:
+            raise ValueError(f"not a target key: {key!r}") from None
+        if kind == "cuda":
+            return resolve_target({"kind": "cuda", "arch": attrs.get("arch", "sm_90"), **CUDA_LIMITS})
+        if kind == "llvm":
+            return cls.from_tvm(tvm.target.Target({"kind": "llvm", "mcpu": attrs.get("mcpu", "generic"),
+                                                   "num-cores": int(attrs.get("num-cores", 1))}))
+        raise ValueError(f"not a target key: {key!r}")
 
 
 def host_cpu_target(num_cores: int | None = None) -> tvm.target.Target:
     """This machine's CPU with its detected `mcpu` and the cores the user has."""
+    import tvm
+
     detected = tvm.target.Target.from_device(tvm.cpu())
     cores = num_cores or len(os.sched_getaffinity(0))
     return tvm.target.Target({"kind": "llvm", "mcpu": detected.attrs["mcpu"], "num-cores": cores})
 
 
-def resolve_target(target: Any) -> tvm.target.Target:
-    """`"llvm"` (the host CPU), `"cuda"` (the visible GPU, else an H100-class sm_90), a dict, or a Target."""
+def resolve_target(target: Any) -> TargetInfo:
+    """`"llvm"` (the host CPU, with its caches), `"cuda"` (the visible GPU, else an H100-class sm_90),
+    a TVM target dict, a `tvm.target.Target`, or a `TargetInfo` (returned as it is)."""
+    import tvm
+
+    if isinstance(target, TargetInfo):
+        return target
     if isinstance(target, tvm.target.Target):
-        resolved = target
-    elif target == "llvm":
-        resolved = host_cpu_target()
-    elif target == "cuda":
+        return TargetInfo.from_tvm(target)
+    if target == "llvm":
+        return TargetInfo.from_tvm(host_cpu_target(), caches=_cache_sizes())
+    if target == "cuda":
         if tvm.runtime.enabled("cuda") and tvm.cuda(0).exist:
-            resolved = tvm.target.Target.from_device(tvm.cuda(0))
-        else:
-            resolved = tvm.target.Target(CUDA_DEFAULT_TAG)
-    elif isinstance(target, dict):
+            return TargetInfo.from_tvm(tvm.target.Target.from_device(tvm.cuda(0)))
+        return TargetInfo.from_tvm(tvm.target.Target(CUDA_DEFAULT_TAG))
+    if isinstance(target, dict):
         try:
             resolved = tvm.target.Target(target)
         except Exception as err:  # TVM raises several kinds for a bad dict
             raise ValueError(f"invalid target {target!r}: {str(err).splitlines()[0]}") from None
-    else:
-        raise ValueError(f"unknown target {target!r}: use 'llvm', 'cuda', a TVM target dict or a tvm.target.Target")
-    if resolved.kind.name not in ("llvm", "cuda"):
-        raise ValueError(f"target kind {resolved.kind.name!r} is not supported; use llvm or cuda")
-    if resolved.kind.name == "cuda" and resolved.host is None:
-        resolved = tvm.target.Target(resolved, host=host_cpu_target())
-    return resolved
-
-
-def target_key(target: tvm.target.Target) -> str:
-    """The identity records are filed under: kind and the facts that change timings."""
-    if target.kind.name == "cuda":
-        return f"cuda -arch={target.attrs.get('arch', 'sm_50')}"
-    mcpu = target.attrs.get("mcpu", "generic")
-    return f"llvm -mcpu={mcpu} -num-cores={int(target.attrs.get('num-cores', 1))}"
-
-
-def num_cores(target: tvm.target.Target) -> int:
-    return int(target.attrs.get("num-cores", 1))
-
-
-def vector_lanes(target: tvm.target.Target, dtype: str) -> int:
-    """SIMD lanes of `dtype` in one vector register of the CPU target."""
-    from tvm.target.codegen import target_has_features
-
-    with target:
-        bits = 512 if target_has_features("avx512f") else 256 if target_has_features("avx2") else 128
-    return bits // tvm.runtime.DataType(dtype).bits
-
-
-def cuda_limit(target: tvm.target.Target, name: str) -> int:
-    value = target.attrs.get(name)
-    return int(value) if value is not None else CUDA_LIMITS[name]
-
-
-def target_from_key(key: str) -> tvm.target.Target:
-    """Inverse of `target_key`, for reading records back (features, replay, best kernels)."""
-    kind, *options = key.split()
-    attrs = dict(option.lstrip("-").split("=", 1) for option in options)
-    if kind == "cuda":
-        return resolve_target({"kind": "cuda", "arch": attrs.get("arch", "sm_90"), **CUDA_LIMITS})
-    if kind == "llvm":
-        return tvm.target.Target({"kind": "llvm", "mcpu": attrs.get("mcpu", "generic"),
-                                  "num-cores": int(attrs.get("num-cores", 1))})
-    raise ValueError(f"not a target key: {key!r}")
+        return TargetInfo.from_tvm(resolved)
+    raise ValueError(f"unknown target {target!r}: use 'llvm', 'cuda', a TVM target dict or a tvm.target.Target")

@@ -13,13 +13,14 @@ from workloads import Workload
 from .config import Config
 from .space import InvalidConfig, Space
 from .structure import Structure, analyze
+from .targets import TargetInfo
 
 
 class Template(ABC):
     """Subclasses define `make_space` and `schedule`, and may split off a shared `schedule_prefix`;
     apply() is deterministic in the config."""
 
-    def __init__(self, workload: Workload, target):
+    def __init__(self, workload: Workload, target: TargetInfo):
         self.workload = workload
         self.target = target
         self.structure: Structure = analyze(workload)
@@ -113,13 +114,13 @@ class Template(ABC):
 
     def lower(self, config: Config):
         """The lowered module (buffers flattened, loops vectorized): what the cost model reads."""
-        return lower_schedule(self.apply(config), self.target)
+        return lower_schedule(self.apply(config), self.target.tvm)
 
     def sample(self, rng: np.random.Generator, n: int) -> list[Config]:
         return self.space.sample(rng, n)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.workload.key}, {self.target.kind.name})"
+        return f"{type(self).__name__}({self.workload.key}, {self.target.kind})"
 
 
 

@@ -30,14 +30,14 @@ REGISTER_OVERHEAD = 32  # addresses, indices and loop counters beside the fragme
 
 def sm_version(target) -> int:
     """The compute capability of a CUDA target's `arch` ("sm_90a" -> 90; 0 when absent)."""
-    arch = str(target.attrs.get("arch", ""))
+    arch = target.arch
     digits = "".join(c for c in arch.removeprefix("sm_") if c.isdigit())
     return int(digits) if arch.startswith("sm_") and digits else 0
 
 
 def supports(workload: Workload, target) -> bool:
     """Tensor cores take float16 operands in whole 16x16x16 fragments, on sm_70 and newer."""
-    return (target.kind.name == "cuda" and sm_version(target) >= MIN_SM and workload.op in OPERATORS
+    return (target.is_cuda and sm_version(target) >= MIN_SM and workload.op in OPERATORS
             and workload.dtype == "float16" and getattr(workload, "B", 1) <= MAX_GRID_Y
             and all(getattr(workload, dim) % FRAGMENT == 0 for dim in ("M", "N", "K")))
 

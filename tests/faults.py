@@ -13,9 +13,8 @@ import os
 import time
 import zlib
 
-from tuner import tasks
-from tuner.records import config_id
-from workloads import from_key
+from search.config import config_id
+from tuner.measure import tasks
 
 
 def _fault(config: dict) -> str | None:
@@ -42,8 +41,8 @@ def faulty_build(task: tasks.BuildTask) -> str:
         print("about to crash in code generation", flush=True)
         ctypes.string_at(0)
     if fault == "wrong":  # a program of the same signature computing something else
-        wrong = dataclasses.replace(from_key(task.workload), epilogue="relu")
-        return tasks.build(dataclasses.replace(task, workload=wrong.key))
+        wrong = dataclasses.replace(task.workload, epilogue="relu")
+        return tasks.build(dataclasses.replace(task, workload=wrong))
     library = tasks.build(task)
     if fault in ("run_crash", "run_hang"):
         with open(library + ".fault", "w") as marker:

@@ -16,8 +16,7 @@ from cost_model.base import relevance
 from cost_model.dataset import join
 from cost_model.metrics import pass_agreement
 from tuner import RecordStore
-from tuner.measure_result import MeasureResult
-from tuner.records import fastest_per_config, is_ok, make_record
+from search.records import MeasureResult, fastest_per_config, is_ok, make_record
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO / "cost_model" / "data"

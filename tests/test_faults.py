@@ -17,7 +17,7 @@ import pytest
 
 import workloads
 from tests import faults
-from tuner import LocalBuilder, LocalRunner, Measurer, RecordError, RecordStore, tune
+from tuner import Harness, LocalBuilder, LocalRunner, RecordError, RecordStore, tune
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = workloads.matmul(32, 32, 16)
@@ -25,7 +25,7 @@ WORKLOAD = workloads.matmul(32, 32, 16)
 
 def test_tuning_completes_its_budget_through_hangs_crashes_and_wrong_results(monkeypatch):
     monkeypatch.setenv("AUTOTUNE_TEST_FAULT_CYCLE", "build_hang,run_crash,wrong,none,none")
-    measurer = Measurer(LocalBuilder(workers=2, timeout_s=6, build_fn=faults.faulty_build),
+    measurer = Harness(LocalBuilder(workers=2, timeout_s=6, build_fn=faults.faulty_build),
                         LocalRunner(timeout_s=10, run_fn=faults.faulty_run))
     with measurer:
         result = tune(WORKLOAD, trials=15, batch_size=15, progress=False, measurer=measurer, pretrained=False)

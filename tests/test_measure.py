@@ -15,8 +15,8 @@ import tvm
 import search
 import workloads
 from tests import faults
-from tuner import ErrorKind, LocalBuilder, LocalRunner, Measurer
-from tuner.builder import remove_stale_build_dirs
+from tuner import ErrorKind, Harness, LocalBuilder, LocalRunner
+from tuner.measure.builder import remove_stale_build_dirs
 
 WORKLOAD = workloads.matmul(64, 64, 64)
 
@@ -34,8 +34,8 @@ def test_each_fault_is_reported_by_kind_and_the_rest_are_measured(template, tmp_
     monkeypatch.setenv("AUTOTUNE_TEST_FAULTS", str(table))
     builder = LocalBuilder(workers=2, timeout_s=8, build_fn=faults.faulty_build)
     runner = LocalRunner(timeout_s=8, run_fn=faults.faulty_run)
-    with Measurer(builder, runner) as measurer:
-        results = measurer.measure(WORKLOAD.key, str(template.target), configs)
+    with Harness(builder, runner) as measurer:
+        results = measurer.measure(WORKLOAD, template.target, configs)
     assert [r.error for r in results] == [ErrorKind.NONE, ErrorKind.BUILD_TIMEOUT, ErrorKind.BUILD_ERROR,
                                           ErrorKind.WRONG_RESULT, ErrorKind.RUN_ERROR, ErrorKind.RUN_TIMEOUT,
                                           ErrorKind.NONE]
@@ -52,8 +52,8 @@ def test_time_limits_start_when_a_worker_takes_the_task(template, monkeypatch):
     configs = template.space.sample(np.random.default_rng(4), 3)
     builder = LocalBuilder(workers=1, timeout_s=2.5, build_fn=faults.slow_build)
     try:
-        builder.build(WORKLOAD.key, str(template.target), configs[:1])  # start the worker (imports TVM)
-        results = builder.build(WORKLOAD.key, str(template.target), configs)
+        builder.build(WORKLOAD, template.target, configs[:1])  # start the worker (imports TVM)
+        results = builder.build(WORKLOAD, template.target, configs)
     finally:
         builder.close()
     assert [r.error for r in results] == [ErrorKind.NONE] * 3
@@ -61,8 +61,8 @@ def test_time_limits_start_when_a_worker_takes_the_task(template, monkeypatch):
 
 def test_measured_latency_is_of_a_correct_kernel(template):
     configs = template.space.sample(np.random.default_rng(5), 2)
-    with Measurer.local("llvm", repeat=2) as measurer:
-        results = measurer.measure(WORKLOAD.key, str(template.target), configs)
+    with Harness.local(template.target, repeat=2) as measurer:
+        results = measurer.measure(WORKLOAD, template.target, configs)
     assert all(r.ok and len(r.costs) == 2 for r in results)
 
 
@@ -88,7 +88,7 @@ def test_cuda_candidates_build_and_export_without_a_gpu():
     configs = template.space.sample(np.random.default_rng(0), 2)
     builder = LocalBuilder(workers=1)
     try:
-        builds = builder.build(WORKLOAD.key, str(template.target), configs)
+        builds = builder.build(WORKLOAD, template.target, configs)
     finally:
         builder.close()
     assert all(b.error is ErrorKind.NONE for b in builds), [b.message for b in builds]
@@ -98,6 +98,6 @@ def test_cuda_candidates_build_and_export_without_a_gpu():
 def test_cuda_runner_times_a_correct_kernel():
     template = search.template_for(WORKLOAD, "cuda")
     configs = template.space.sample(np.random.default_rng(0), 4)
-    with Measurer.local("cuda") as measurer:
-        results = measurer.measure(WORKLOAD.key, str(template.target), configs)
+    with Harness.local(template.target) as measurer:
+        results = measurer.measure(WORKLOAD, template.target, configs)
     assert all(r.ok for r in results), [r.message for r in results]

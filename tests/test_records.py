@@ -1,4 +1,4 @@
-"""Tests of `tuner.records`: round trips, crash-cut and garbage lines, concurrent writers, queries, errors, speed."""
+"""Tests of `search.records`: round trips, crash-cut and garbage lines, concurrent writers, queries, errors, speed."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tuner.measure_result import ErrorKind, MeasureResult
-from tuner.records import (SCHEMA_VERSION, RecordError, RecordStore, RecordWarning, config_id,
+from search.config import config_id
+from search.records import ErrorKind, MeasureResult
+from search.records import (SCHEMA_VERSION, RecordError, RecordStore, RecordWarning,
                            fastest_per_config, make_record, median_cost)
-from tuner.version import TOOL_VERSION
+from search.version import __version__ as TOOL_VERSION
 
 W1, W2 = "matmul(M=64,N=64,K=64)", "conv2d(N=1,C=8,H=8,W=8,K=8)"
 T1, T2 = "llvm -num-cores=2", "cuda -arch=sm_90"

@@ -8,17 +8,18 @@ import numpy as np
 import pytest
 
 from tuner import RecordStore
-from tuner.records import is_ok, median_cost
-from tuner.replay import ReplayRunner, trials_to_reach
+from search.records import is_ok, median_cost
+from tuner import ReplayMeasurer, run
+from tuner.replay import replay_session, trials_to_reach
 
 SLICE = Path(__file__).parent / "data" / "replay_slice.jsonl"
 STORE = RecordStore(SLICE)
 
 
 def _run(key: str, strategy: str, seed: int) -> int:
-    measurer = ReplayRunner(STORE)
+    measurer = ReplayMeasurer(STORE)
     best = min(median_cost(r) for r in STORE.select(key) if is_ok(r))
-    session = measurer.session(key, strategy=strategy, seed=seed, pretrained=False)
+    session = replay_session(measurer, key, strategy=strategy, seed=seed, pretrained=False)
     return trials_to_reach(session, measurer, best)
 
 
@@ -33,11 +34,9 @@ def test_replay_repeats_exactly_and_counts_saved_time():
     key = sorted(STORE.workloads())[0]
     runs = []
     for _ in range(2):
-        measurer = ReplayRunner(STORE)
-        session = measurer.session(key, seed=3, pretrained=False)
-        for _ in range(2):
-            configs = session.ask(6)
-            session.tell(configs, measurer.measure(key, str(session.target), configs))
+        measurer = ReplayMeasurer(STORE)
+        session = replay_session(measurer, key, seed=3, pretrained=False)
+        assert run([session], measurer, 12, batch_size=6) == 12
         runs.append([row["config"] for row in session.trace])
         assert measurer.replayed == 12 and measurer.saved_s > 0
     assert runs[0] == runs[1]
@@ -46,10 +45,10 @@ def test_replay_repeats_exactly_and_counts_saved_time():
 def test_a_replayed_session_takes_the_recorded_target_and_keeps_every_recorded_config():
     # Measured on an AVX-512 CPU: a host without it has a space (vector lanes) that rejects some of them.
     store = RecordStore(Path(__file__).parents[1] / "cost_model" / "data" / "cpu_dense.jsonl")
-    measurer = ReplayRunner(store)
+    measurer = ReplayMeasurer(store)
     key = next(k for k in sorted(store.workloads()) if k.startswith("conv2d"))
-    session = measurer.session(key, strategy="random", pretrained=False)
-    assert session.target_key == store.select(key)[0]["target"]
+    session = replay_session(measurer, key, strategy="random", pretrained=False)
+    assert session.target.key == store.select(key)[0]["target"]
     assert session.template.space.size == len(measurer.configs(key)) == 1000
     with pytest.raises(ValueError, match="no records"):
         measurer.target("matmul(M=1,N=1,K=1,float32)")

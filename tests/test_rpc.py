@@ -11,8 +11,8 @@ import pytest
 
 import search
 import workloads
-from tuner import ErrorKind, LocalBuilder, Measurer, RPCRunner
-from tuner.rpc import start_server, start_tracker
+from tuner import ErrorKind, Harness, LocalBuilder, RPCRunner
+from tuner.measure.rpc import start_server, start_tracker
 
 pytest.importorskip("tornado", reason="TVM's RPC tracker needs tornado (installed with the dev extra)")
 
@@ -48,12 +48,12 @@ def test_rpc_measures_and_survives_a_dying_server(farm):
     template = search.template_for(WORKLOAD, "llvm")
     configs = template.space.sample(np.random.default_rng(0), 12)
     runner = RPCRunner("127.0.0.1", tracker.port, KEY, workers=2, timeout_s=30, session_timeout_s=20)
-    with Measurer(LocalBuilder(workers=2), runner) as measurer:
-        first = measurer.measure(WORKLOAD.key, str(template.target), configs[:4])
+    with Harness(LocalBuilder(workers=2), runner) as measurer:
+        first = measurer.measure(WORKLOAD, template.target, configs[:4])
         assert all(r.ok for r in first), [r.message for r in first]
         killer = threading.Timer(0.5, servers[0].terminate)
         killer.start()
-        second = measurer.measure(WORKLOAD.key, str(template.target), configs[4:])
+        second = measurer.measure(WORKLOAD, template.target, configs[4:])
         killer.join()
     kinds = {r.error for r in second}
     assert kinds <= {ErrorKind.NONE, ErrorKind.RUN_ERROR, ErrorKind.RUN_TIMEOUT}, kinds

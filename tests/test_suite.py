@@ -29,9 +29,9 @@ class DraftMeasurer:
         self.templates = {w.key: template_for(w, "llvm") for w in (HEAVY, LIGHT)}
         self.calls: list[tuple[str, int]] = []
 
-    def measure(self, workload_key, target_json, configs, on_result=None):
-        self.calls.append((workload_key, len(configs)))
-        results = [MeasureResult([1e-3 / (1 + draft_score(self.templates[workload_key], c))]) for c in configs]
+    def measure(self, workload, target, configs, on_result=None):
+        self.calls.append((workload.key, len(configs)))
+        results = [MeasureResult([1e-3 / (1 + draft_score(self.templates[workload.key], c))]) for c in configs]
         for index, result in enumerate(results):
             if on_result is not None:
                 on_result(index, result)

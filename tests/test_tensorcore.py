@@ -109,7 +109,7 @@ def test_configs_use_tensor_cores_compile_with_nvcc_and_verify(name, arch, tmp_p
         for index, config in enumerate(configs):
             if not verify_gpu_code(tpl.lower(config)["main"], limits):
                 failures.append(f"{config.id}: fails verify_gpu_code with {limits}")
-            ex = tvm.compile(tpl.apply(config).mod, target=tpl.target)
+            ex = tvm.compile(tpl.apply(config).mod, target=tpl.target.tvm)
             imports = list(ex.mod.imports)
             if len(imports) != 1:
                 failures.append(f"{config.id}: {len(imports)} device modules, expected one kernel")

@@ -89,9 +89,9 @@ def test_draft_prunes_hard_only_while_it_ranks_the_measurements_well(agrees):
     if not agrees:  # the slowest by the draft measured fastest
         results = [MeasureResult([1e-6 / r.latency]) for r in results]
     session.tell(configs, results)
-    assert session.draft_trusted is agrees
+    assert session.scorer.draft_trusted is agrees
     pool = session.template.space.sample(np.random.default_rng(4), 40)
-    scored = np.isfinite(session.score(pool)).sum()
+    scored = np.isfinite(session.scorer(pool)).sum()
     assert scored == (12 if agrees else 24)  # 30% of the pool pass the draft, or 60% of it
 
 

@@ -1,27 +1,39 @@
-"""The tuning loop and the outside world: measuring, records, the Python API, the command line.
+"""The tuning loop and the outside world: sessions, the one loop, measuring, the Python API, the CLI.
 
 Names are imported on first use (PEP 562), so that `autotune --help` and its checks of what a
 user typed answer at once instead of after loading TVM, LightGBM and torch.
 """
 
-from importlib import import_module
+from __future__ import annotations
 
-from .version import __version__
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from search.version import __version__
+
+if TYPE_CHECKING:
+    from search.records import ErrorKind, MeasureResult, RecordError, RecordStore
+
+    from .api import SuiteResult, apply_best, tune, tune_suite
+    from .loop import run
+    from .measure import Harness, LocalBuilder, LocalRunner, Measurer, ReplayMeasurer, RPCRunner
+    from .result import Kernel, TuneResult
+    from .session import Session
 
 _EXPORTS = {
-    "tune": "api", "tune_suite": "api", "apply_best": "api", "SuiteResult": "api",
-    "Session": "session", "TuneResult": "result", "Kernel": "result", "Measurer": "measurer",
-    "LocalBuilder": "builder", "LocalRunner": "runner", "RPCRunner": "runner",
-    "RecordStore": "records", "RecordError": "records", "ErrorKind": "measure_result",
-    "MeasureResult": "measure_result", "ReplayRunner": "replay",
+    "tune": ".api", "tune_suite": ".api", "apply_best": ".api", "SuiteResult": ".api", "run": ".loop",
+    "Session": ".session", "TuneResult": ".result", "Kernel": ".result", "Measurer": ".measure",
+    "Harness": ".measure", "LocalBuilder": ".measure", "LocalRunner": ".measure", "RPCRunner": ".measure",
+    "ReplayMeasurer": ".measure", "RecordStore": "search.records", "RecordError": "search.records",
+    "ErrorKind": "search.records", "MeasureResult": "search.records",
 }
 
 __all__ = [*_EXPORTS, "__version__"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'tuner' has no attribute {name!r}")
-    value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    value = getattr(import_module(_EXPORTS[name], __name__), name)
     globals()[name] = value
     return value

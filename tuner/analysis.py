@@ -10,7 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .records import RecordStore, is_ok, median_cost
+from search.records import RecordStore, is_ok, median_cost
 
 
 def trace_frame(records: str | RecordStore, workload: str | None = None):

@@ -31,7 +31,7 @@ class UsageError(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     from .defaults import BATCH_SIZE
-    from .version import __version__
+    from search.version import __version__
 
     parser = argparse.ArgumentParser(prog="autotune", description="Learning-based tuner for matmul and conv kernels.")
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
@@ -111,7 +111,7 @@ def _target(text: str):
 
 
 def _summary(result) -> dict:
-    return {"workload": result.workload.key, "target": str(result.target.kind.name),
+    return {"workload": result.workload.key, "target": result.target.kind,
             "best_latency_s": result.best_latency if result.ok else None, "gflops": result.gflops,
             "trials": len(result.trace), "errors": result.errors,
             "best_config": result.best_config.to_json() if result.ok else None}
@@ -138,7 +138,7 @@ def _report(results: list, as_json: bool, extra: dict | None = None) -> int:
 def _best(args) -> int:
     from workloads import from_key
 
-    from .records import RecordStore, is_ok, median_cost
+    from search.records import RecordStore, is_ok, median_cost
 
     store = RecordStore(args.records)
     rows = []
@@ -189,7 +189,7 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .records import RecordError
+    from search.records import RecordError
 
     warnings.simplefilter("default")
     try:

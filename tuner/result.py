@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from search import Config, template_for
+from search import Config, TargetInfo, template_for
 from workloads import Workload
+
+TRIAL_COLUMNS = ["round", "config", "predicted_score", "latency_s", "error", "best_latency_s", "best_gflops",
+                 "elapsed_s", "build_s", "run_s"]
+
+
+def trial_table(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """A session's trace as a pandas DataFrame, one row per trial in the order results came in."""
+    import pandas as pd
+
+    return pd.DataFrame(list(rows), columns=TRIAL_COLUMNS)
 
 
 ALIGNMENT = 64  # bytes; TVM's buffers (and so its kernels) assume it
 
 
-def _aligned(tensor):
+def _aligned(tensor: Any) -> Any:
     """The tensor itself, or a copy in torch's own (64-byte aligned) memory: from_numpy's is not."""
     return tensor if tensor.data_ptr() % ALIGNMENT == 0 else tensor.clone()
 
@@ -23,20 +34,20 @@ class Kernel:
     """A compiled program: `kernel(*inputs)` returns the output (numpy in, numpy out; torch in,
     torch out, shared through DLPack without copies)."""
 
-    def __init__(self, workload: Workload, target, config: Config):
+    def __init__(self, workload: Workload, target: Any, config: Config):
         import tvm
 
         self.workload, self.config = workload, config
         self.template = template_for(workload, target)
-        self.target = self.template.target
-        self.executable = tvm.compile(self.template.apply(config).mod, target=self.target)
+        self.target: TargetInfo = self.template.target
+        self.executable = tvm.compile(self.template.apply(config).mod, target=self.target.tvm)
 
-    def _device(self):
+    def _device(self) -> Any:
         import tvm
 
-        return tvm.cuda(0) if self.target.kind.name == "cuda" else tvm.cpu(0)
+        return tvm.device(self.target.device_type, 0)
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs: Any) -> Any:
         import tvm
 
         expected = self.workload.input_shapes
@@ -69,7 +80,7 @@ class Kernel:
 @dataclass
 class TuneResult:
     workload: Workload
-    target: Any  # tvm.target.Target
+    target: TargetInfo
     best_config: Config | None
     best_latency: float  # seconds; inf when nothing succeeded
     trace: Any  # pandas.DataFrame, one row per trial

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cost_model import LightGBMRanker, TorchRanker, has_pretrained, load_pretrained
+from .base import CostModel
+from .lightgbm_ranker import LightGBMRanker
+from .pretrained import has_pretrained, load_pretrained
+from .torch_ranker import TorchRanker
 
 MODELS = ("lightgbm", "torch")
 
 
-def make_model(name: str, target_kind: str, pretrained: bool, seed: int):
+def make_model(name: str, target_kind: str, pretrained: bool, seed: int) -> CostModel:
     """A fresh ranker by name ('lightgbm' starts from the shipped model for the target when asked
     and shipped), or one loaded from a saved model file (.txt: LightGBM, .pt: torch)."""
     if Path(name).suffix in (".txt", ".pt"):

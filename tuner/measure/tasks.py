@@ -6,28 +6,30 @@ tests can swap in their own (a build that hangs, a kernel that crashes) through 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+
+from search import Config, Template, TargetInfo, template_for
+from workloads import Workload
 
 
 @dataclass(frozen=True)
 class BuildTask:
-    workload: str  # key
-    target: str  # tvm.target.Target as JSON text
-    config: dict
+    workload: Workload
+    target: TargetInfo
+    config: dict[str, Any]
     out_dir: str
 
 
 @dataclass(frozen=True)
 class RunTask:
-    workload: str
-    target: str
+    workload: Workload
+    target: TargetInfo
     library: str  # path of the exported library
     device: tuple  # ("local", "cpu"|"cuda") or ("rpc", host, port, key, session_timeout)
     number: int
@@ -38,25 +40,18 @@ class RunTask:
 
 
 @lru_cache(maxsize=16)
-def template(workload_key: str, target_json: str):
-    import tvm
-
-    from search import template_for
-    from workloads import from_key
-
-    return template_for(from_key(workload_key), tvm.target.Target(json.loads(target_json)))
+def template(workload: Workload, target: TargetInfo) -> Template:
+    return template_for(workload, target)
 
 
 def build(task: BuildTask) -> str:
     """Apply the config, compile, export a loadable library; returns its path."""
     import tvm
 
-    from search import Config
-
     tpl = template(task.workload, task.target)
     sch = tpl.apply(Config.from_json(task.config))
-    executable = tvm.compile(sch.mod, target=tpl.target)
-    if tpl.target.kind.name == "cuda" and not executable.mod.imports:
+    executable = tvm.compile(sch.mod, target=tpl.target.tvm)
+    if tpl.target.is_cuda and not executable.mod.imports:
         raise RuntimeError("no CUDA kernel was generated (unbound loops)")
     os.makedirs(task.out_dir, exist_ok=True)
     path = os.path.join(task.out_dir, f"candidate-{os.getpid()}-{time.monotonic_ns()}.so")
@@ -65,20 +60,16 @@ def build(task: BuildTask) -> str:
 
 
 @lru_cache(maxsize=4)
-def checked_inputs(workload_key: str, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
+def checked_inputs(workload: Workload, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
     """Random inputs and the reference output, computed once per workload in each worker."""
-    from workloads import from_key
-
-    workload = from_key(workload_key)
     inputs = workload.random_inputs(seed)
     return inputs, workload.reference(*inputs)
 
 
-def open_device(spec: tuple, kind: str):
+def open_device(spec: tuple, device_type: str) -> tuple[Any, Callable[[str], Any]]:
     """The device to run on and a function that loads a library onto it (local or over RPC)."""
     import tvm
 
-    device_type = "cuda" if kind == "cuda" else "cpu"
     if spec[0] == "local":
         device = tvm.device(device_type, 0)
         if not device.exist:
@@ -89,7 +80,7 @@ def open_device(spec: tuple, kind: str):
     _, host, port, key, session_timeout = spec
     session = rpc.connect_tracker(host, port).request(key, priority=1, session_timeout=session_timeout)
 
-    def load(path: str):
+    def load(path: str) -> Any:
         session.upload(path)
         return session.load_module(os.path.basename(path))
 
@@ -100,11 +91,8 @@ def run(task: RunTask) -> dict[str, Any]:
     """Check the library's output against the reference, then time it: {'costs'} or {'wrong'}."""
     import tvm
 
-    from workloads import from_key
-
-    workload = from_key(task.workload)
-    target_kind = json.loads(task.target)["kind"]
-    device, load = open_device(task.device, target_kind)
+    workload = task.workload
+    device, load = open_device(task.device, task.target.device_type)
     module = load(task.library)
     inputs, expected = checked_inputs(task.workload, task.seed)
     args = [tvm.runtime.tensor(x, device) for x in inputs]
@@ -117,7 +105,7 @@ def run(task: RunTask) -> dict[str, Any]:
         error = np.abs(got.astype(np.float64) - expected.astype(np.float64))
         return {"wrong": f"max abs error {float(error.max()):.3g} (rtol {rtol:g}, atol {atol:.3g}), "
                          f"{int((error > atol + rtol * np.abs(expected)).sum())} of {error.size} elements off"}
-    flush = "cache_flush_cpu_non_first_arg" if task.flush_cache and target_kind == "llvm" else ""
+    flush = "cache_flush_cpu_non_first_arg" if task.flush_cache and not task.target.is_cuda else ""
     evaluator = module.time_evaluator("main", device, number=task.number, repeat=task.repeat,
                                       min_repeat_ms=task.min_repeat_ms, f_preproc=flush)
     return {"costs": list(evaluator(*args).results)}

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .measure_result import shorten
+from search.records.result import shorten
 from .worker import read_message, write_message
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STARTUP_TIMEOUT_S = 300.0
-PRELOAD = "tvm,search,workloads,tuner.tasks"  # what every task needs, imported before the clock starts
+PRELOAD = "tvm,search,workloads,tuner.measure.tasks"  # what every task needs, imported before the clock starts
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def _exit_reason(code: int) -> str:
 
 
 class _Worker:
-    """A `python -m tuner.worker` child; a subprocess, not multiprocessing, so that no script
+    """A `python -m tuner.measure.worker` child; a subprocess, not multiprocessing, so that no script
     is re-imported in the child and pools work from scripts, notebooks and tests alike."""
 
     def __init__(self, env: dict[str, str]):
@@ -60,7 +60,7 @@ class _Worker:
         # The worker imports what the parent imports: this package first, then the parent's path.
         child_env.setdefault("AUTOTUNE_WORKER_PRELOAD", PRELOAD)
         child_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [PACKAGE_ROOT, *sys.path])))
-        self.process = subprocess.Popen([sys.executable, "-m", "tuner.worker"], stdin=subprocess.PIPE,
+        self.process = subprocess.Popen([sys.executable, "-m", "tuner.measure.worker"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.log, env=child_env)
         self.task_index: int | None = None
         self.started = 0.0

@@ -2,7 +2,7 @@
 
 JSON lines rather than pickle or a database: a crash can only cut the last line (which loading skips
 with a warning), the file can be read by any tool, and appending under a file lock lets several tuners
-share one file. Records are plain dicts so that keys added by callers (round, predicted, ...) survive.
+share one file.
 """
 
 from __future__ import annotations
@@ -10,171 +10,24 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import operator
 import os
 import stat
 import threading
-import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import filelock
 
-from .measure_result import ErrorKind, MeasureResult
-from .version import TOOL_VERSION
+from ..config import config_id
+from .schema import (ERRORS, REQUIRED, SCHEMA_VERSION, Record, RecordError, RecordWarning, is_ok, median_cost,
+                     schema_ok, shape_problem, validate_record)
 
-SCHEMA_VERSION = 1
-
-Record = dict[str, Any]
-KnobValue = Union[int, str, bool, list[int]]
-
-REQUIRED_KEYS: tuple[str, ...] = (
-    "schema", "workload", "target", "config", "costs", "error", "message", "timestamp", "version",
-)
-_REQUIRED = frozenset(REQUIRED_KEYS)
-_ERRORS = frozenset(kind.value for kind in ErrorKind)
 # Every line starts like this (schema is written first), so a cut first line can be told from a foreign file.
 _LINE_START = b'{"schema":'
 _GUARD_BYTES = 64  # bytes before the parsed offset kept to notice a file rewritten under us
 _WARN_LIMIT = 20  # bad lines warned about one by one per load; the rest are summed up in one warning
-
-
-class RecordError(ValueError):
-    """The file is not a record file of this schema (or holds records for another target)."""
-
-
-class RecordWarning(UserWarning):
-    """A line of a record file was skipped; a category of its own so that callers can filter it."""
-
-
-# --------------------------------------------------------------------------------------------- records
-
-
-def _as_int(value: object) -> int:
-    """An exact integer (numpy ints pass); bools and floats are refused so knob types stay stable."""
-    if isinstance(value, bool):
-        raise TypeError
-    return operator.index(value)  # type: ignore[call-overload]
-
-
-def normalize_config(config: Mapping[str, Any]) -> dict[str, KnobValue]:
-    """Plain JSON types for a config (tuples to lists, numpy ints to int) so it round-trips unchanged."""
-    out: dict[str, KnobValue] = {}
-    for knob, value in config.items():
-        if not isinstance(knob, str):
-            raise ValueError(f"config knob name {knob!r} is not a string")
-        try:
-            if isinstance(value, (bool, str)):
-                out[knob] = value
-            elif isinstance(value, (list, tuple)):
-                out[knob] = [_as_int(v) for v in value]
-            else:
-                out[knob] = _as_int(value)
-        except TypeError:
-            raise ValueError(f"config knob {knob!r}: {value!r} is not an int, str, bool or list of ints") from None
-    return out
-
-
-def config_id(config: Mapping[str, Any]) -> str:
-    """Canonical text of a config: equal configs give equal ids whatever their key order."""
-    return json.dumps(dict(config), sort_keys=True, separators=(",", ":"))
-
-
-def make_record(workload_key: str, target_key: str, config: Mapping[str, Any], result: MeasureResult,
-                **extra: Any) -> Record:
-    """A record of one measurement; `extra` keys (round, predicted, ...) are stored alongside."""
-    clash = _REQUIRED & extra.keys()
-    if clash:
-        raise ValueError(f"extra keys {sorted(clash)} would overwrite required record keys")
-    record: Record = {
-        "schema": SCHEMA_VERSION,
-        "workload": workload_key,
-        "target": target_key,
-        "config": normalize_config(config),
-        "costs": [float(c) for c in result.costs],
-        "error": ErrorKind(result.error).value,
-        "message": result.message,
-        "timestamp": time.time(),
-        "version": TOOL_VERSION,
-        **extra,
-    }
-    validate_record(record)
-    return record
-
-
-def is_ok(record: Mapping[str, Any]) -> bool:
-    """A successful measurement: no error and at least one cost."""
-    return record["error"] == ErrorKind.NONE.value and bool(record["costs"])
-
-
-def median_cost(record: Mapping[str, Any]) -> float:
-    """Median cost in seconds, the same statistic as `MeasureResult.latency`; infinity when failed."""
-    if not is_ok(record):
-        return float("inf")
-    ordered = sorted(record["costs"])
-    return ordered[len(ordered) // 2]
-
-
-def fastest_per_config(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """One record per (workload, target, config), in first-seen order: the fastest successful one,
-    or the last if none succeeded. A busy host only ever slows a kernel down, so of timings taken
-    at different moments the fastest is the closest to the kernel's own speed."""
-    chosen: dict[tuple[str, str, str], Mapping[str, Any]] = {}
-    for record in records:
-        key = (record["workload"], record["target"], config_id(record["config"]))
-        held = chosen.get(key)
-        if held is None or median_cost(record) < median_cost(held) or not (is_ok(held) or is_ok(record)):
-            chosen[key] = record
-    return list(chosen.values())
-
-
-def _shape_problem(obj: Any) -> str | None:
-    """Why a parsed line is not a record, checking only what loading relies on (kept cheap: 100k lines)."""
-    if type(obj) is not dict:
-        return "line is not a JSON object"
-    if not _REQUIRED <= obj.keys():
-        return f"record lacks key(s) {', '.join(k for k in REQUIRED_KEYS if k not in obj)}"
-    if type(obj["workload"]) is not str or type(obj["target"]) is not str:
-        return "record workload/target is not a string"
-    if type(obj["config"]) is not dict or type(obj["costs"]) is not list:
-        return "record config is not an object or costs not a list"
-    if type(obj["error"]) is not str or obj["error"] not in _ERRORS:
-        return f"record has unknown error kind {obj['error']!r}"
-    return None
-
-
-def _schema_ok(obj: Any) -> bool:
-    schema = obj.get("schema", SCHEMA_VERSION) if type(obj) is dict else SCHEMA_VERSION
-    return type(schema) is int and schema == SCHEMA_VERSION
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def validate_record(record: Mapping[str, Any]) -> None:
-    """Raise ValueError for a record that must not be written (the checks loading skips, too)."""
-    if not isinstance(record, Mapping):
-        raise ValueError(f"a record is a mapping, not {type(record).__name__}")
-    record = dict(record)
-    problem = _shape_problem(record)
-    if problem is None and not _schema_ok(record):
-        problem = f"record schema {record['schema']!r}, expected {SCHEMA_VERSION}"
-    if problem is None:
-        if not record["workload"] or not record["target"]:
-            problem = "record workload/target is empty"
-        elif not all(_is_number(c) for c in record["costs"]):
-            problem = "record costs are not all numbers"
-        elif not isinstance(record["message"], str) or not isinstance(record["version"], str):
-            problem = "record message/version is not a string"
-        elif not _is_number(record["timestamp"]):
-            problem = "record timestamp is not a number"
-        else:
-            normalize_config(record["config"])  # raises for a bad knob value
-    if problem is not None:
-        raise ValueError(f"malformed record: {problem}")
 
 
 def _serialize(record: Mapping[str, Any]) -> bytes:
@@ -212,7 +65,8 @@ def _looks_cut(line: bytes) -> bool:
     return line[: len(_LINE_START)] == _LINE_START[: len(line)]
 
 
-# ----------------------------------------------------------------------------------------------- store
+
+
 
 
 class RecordStore:
@@ -321,7 +175,7 @@ class RecordStore:
     def _parse_lines(self, lines: list[str] | list[bytes], first_lineno: int, good: list[Record],
                      bad: list[tuple[int, str]]) -> None:
         """json.loads per line, so damage stays within its line; the common case is checked inline (speed)."""
-        loads, keep, required, errors = json.loads, good.append, _REQUIRED, _ERRORS
+        loads, keep, required, errors = json.loads, good.append, REQUIRED, ERRORS
         for lineno, line in enumerate(lines, first_lineno):
             try:
                 obj = loads(line)
@@ -335,10 +189,10 @@ class RecordStore:
                     and type(obj["error"]) is str and obj["error"] in errors):
                 keep(obj)
                 continue
-            if not _schema_ok(obj):
+            if not schema_ok(obj):
                 raise RecordError(f"{self.path}: record file of schema {obj['schema']!r}, expected {SCHEMA_VERSION}"
                                   f" (line {lineno})")
-            problem = _shape_problem(obj)
+            problem = shape_problem(obj)
             if problem is None:
                 keep(obj)
             else:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Any, Callable
+
+from search import TargetInfo
+from search.records import ErrorKind, MeasureResult
+from workloads import Workload
 
 from . import tasks
-from .measure_result import ErrorKind, MeasureResult
 from .pool import TaskOutcome, WorkerPool
 
 
@@ -43,9 +46,9 @@ class Runner:
         threads = threads or len(os.sched_getaffinity(0))
         self._pool = WorkerPool(workers, env={"TVM_NUM_THREADS": str(threads)})
 
-    def run(self, workload_key: str, target_json: str, libraries: list[str], build_s: list[float],
+    def run(self, workload: Workload, target: TargetInfo, libraries: list[str], build_s: list[float],
             on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
-        payloads = [tasks.RunTask(workload_key, target_json, lib, self.device, self.number, self.repeat,
+        payloads = [tasks.RunTask(workload, target, lib, self.device, self.number, self.repeat,
                                   self.min_repeat_ms, self.flush_cache) for lib in libraries]
         done = None if on_result is None else lambda i, o: on_result(i, outcome_to_result(o, build_s[i]))
         outcomes = self._pool.map(self.run_fn, payloads, self.timeout_s, on_done=done)

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from search import Config
+from search import Config, TargetInfo
+from search.records import ErrorKind
+from workloads import Workload
 
 from . import tasks
-from .measure_result import ErrorKind
 from .pool import TaskOutcome, WorkerPool
 
 
@@ -81,8 +82,8 @@ class LocalBuilder:
         self.out_dir = tempfile.mkdtemp(prefix=f"{BUILD_DIR_PREFIX}{os.getpid()}-")
         self._pool = WorkerPool(self.workers, env={"TVM_NUM_THREADS": "1"})
 
-    def build(self, workload_key: str, target_json: str, configs: Sequence[Config]) -> list[BuildResult]:
-        payloads = [tasks.BuildTask(workload_key, target_json, c.to_json(), self.out_dir) for c in configs]
+    def build(self, workload: Workload, target: TargetInfo, configs: Sequence[Config]) -> list[BuildResult]:
+        payloads = [tasks.BuildTask(workload, target, c.to_json(), self.out_dir) for c in configs]
         return [outcome_to_build(o) for o in self._pool.map(self.build_fn, payloads, self.timeout_s)]
 
     def close(self) -> None:

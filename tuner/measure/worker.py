@@ -1,4 +1,4 @@
-"""Entry point of a worker process (`python -m tuner.worker`): run tasks sent by `WorkerPool`.
+"""Entry point of a worker process (`python -m tuner.measure.worker`): run tasks sent by `WorkerPool`.
 
 Messages are length-prefixed pickles on the pipes between the pool and its own workers; nothing
 read from files is ever unpickled. The worker's stdout is moved aside for these messages, so

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 MESSAGE_LIMIT = 2000  # characters of worker stderr kept in a record
 
@@ -31,6 +32,14 @@ def shorten(message: str, limit: int = MESSAGE_LIMIT) -> str:
     return f"{message[:half]}\n...[{len(message) - limit} characters cut]...\n{message[-half:]}"
 
 
+def median_latency(costs: Sequence[float]) -> float:
+    """The one statistic of a candidate's timing repeats: their median (the mean of the middle two
+    for an even count). Medians resist the slow outliers a busy host adds."""
+    ordered = sorted(costs)
+    middle = len(ordered) // 2
+    return float(ordered[middle]) if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 @dataclass(frozen=True)
 class MeasureResult:
     costs: tuple[float, ...] = ()
@@ -39,7 +48,7 @@ class MeasureResult:
     build_s: float = 0.0
     run_s: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "error", ErrorKind(self.error))
         object.__setattr__(self, "costs", tuple(float(c) for c in self.costs))
         object.__setattr__(self, "message", shorten(self.message))
@@ -51,7 +60,4 @@ class MeasureResult:
     @property
     def latency(self) -> float:
         """Median cost in seconds; infinity for a failed candidate."""
-        if not self.ok:
-            return float("inf")
-        ordered = sorted(self.costs)
-        return ordered[len(ordered) // 2]
+        return median_latency(self.costs) if self.ok else float("inf")

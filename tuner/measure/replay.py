@@ -1,0 +1,70 @@
+"""`ReplayMeasurer`: answers measurement requests from a record file instead of hardware.
+
+Paired with a session whose space is restricted to the recorded configs, a whole tuning run
+(strategy, draft model, cost model, retraining) replays in seconds and exactly repeats; it
+counts the measurement time it saved, so replayed wall-clock figures stay honest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from search import Config, TargetInfo
+from search.config import config_id
+from search.records import ErrorKind, MeasureResult, RecordStore, fastest_per_config
+from workloads import Workload
+
+DEFAULT_MEASURE_S = 1.0  # assumed per candidate when a record does not say how long it took
+
+
+class ReplayMeasurer:
+    """A `Measurer` over recorded results; a config never recorded is a run_error."""
+
+    def __init__(self, records: str | RecordStore):
+        store = records if isinstance(records, RecordStore) else RecordStore(records)
+        self._results: dict[tuple[str, str], MeasureResult] = {}
+        self._configs: dict[str, list[Config]] = {}
+        self._seconds: dict[tuple[str, str], float] = {}
+        self._targets: dict[str, str] = {}
+        for record in fastest_per_config(store):
+            key = (record["workload"], config_id(record["config"]))
+            self._targets.setdefault(record["workload"], record["target"])
+            self._configs.setdefault(record["workload"], []).append(Config.from_json(record["config"]))
+            self._results[key] = MeasureResult(record["costs"], record["error"], record["message"])
+            self._seconds[key] = float(record.get("build_s", 0) + record.get("run_s", 0)) or DEFAULT_MEASURE_S
+        self.saved_s = 0.0
+        self.replayed = 0
+
+    def configs(self, workload_key: str) -> list[Config]:
+        return list(self._configs.get(workload_key, []))
+
+    def target(self, workload_key: str) -> TargetInfo:
+        """The target the workload's records were measured on. A replayed session must use it, not
+        the host's: the space depends on the CPU (vector lanes), and a config the host's space
+        rejects could never be proposed."""
+        if workload_key not in self._targets:
+            raise ValueError(f"no records of {workload_key}")
+        return TargetInfo.from_key(self._targets[workload_key])
+
+    def measure(self, workload: Workload, target: TargetInfo, configs: Sequence[Config],
+                on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
+        results = []
+        for index, config in enumerate(configs):
+            key = (workload.key, config.id)
+            result = self._results.get(key, MeasureResult(error=ErrorKind.RUN_ERROR,
+                                                          message="config not in the replayed records"))
+            self.saved_s += self._seconds.get(key, 0.0)
+            self.replayed += 1
+            results.append(result)
+            if on_result is not None:
+                on_result(index, result)
+        return results
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "ReplayMeasurer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
