@@ -78,22 +78,26 @@ def tune(workload: Workload, target: Any = "llvm", *, trials: int = 64, records:
     session = Session(workload, target, strategy=strategy, model=model, pretrained=pretrained,
                       records=records, seed=seed)
     start = time.monotonic()
-    best = {"latency": math.inf, "at": 0, "done": 0}
+    done, best, improved_at = 0, math.inf, 0
 
     def stop() -> bool:
-        if session.best_latency < best["latency"]:
-            best["latency"], best["at"] = session.best_latency, best["done"]
+        nonlocal best, improved_at
+        if session.best_latency < best:
+            best, improved_at = session.best_latency, done
         late = time_budget_s is not None and time.monotonic() - start >= time_budget_s
-        stale = early_stopping is not None and best["done"] - best["at"] >= early_stopping
+        stale = early_stopping is not None and done - improved_at >= early_stopping
         return late or stale
 
-    def count(session: Session, n: int) -> None:
-        best["done"] += n
+    def postfix() -> dict[str, Any]:
+        return {"best": f"{_result(session).gflops:.1f} GFLOPS", "errors": sum(session.errors().values())}
 
-    postfix = lambda: {"best": f"{_result(session).gflops:.1f} GFLOPS", "errors": sum(session.errors().values())}
     with _measurer_for(measurer, session) as used, _progress(trials, workload.key, progress, postfix) as bar:
-        run([session], used, trials, batch_size=batch_size, stop=stop,
-            on_batch=lambda s, n: (count(s, n), bar(s, n)))
+        def on_batch(batch_session: Session, count: int) -> None:
+            nonlocal done
+            done += count
+            bar(batch_session, count)
+
+        run([session], used, trials, batch_size=batch_size, stop=stop, on_batch=on_batch)
     return _result(session)
 
 
