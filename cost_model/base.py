@@ -47,7 +47,8 @@ def relevance(throughputs: np.ndarray, groups: np.ndarray, levels: int = 31) -> 
     return grades
 
 
-def check_data(features: np.ndarray, throughputs: np.ndarray, groups: np.ndarray):
+def check_data(features: np.ndarray, throughputs: np.ndarray,
+               groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     features = np.asarray(features, dtype=np.float32)
     throughputs = np.asarray(throughputs, dtype=np.float64)
     groups = np.asarray(groups, dtype=np.int64)

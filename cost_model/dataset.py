@@ -55,16 +55,19 @@ def throughput(record: Mapping[str, Any]) -> float:
     return from_key(record["workload"]).flops / latency if np.isfinite(latency) else 0.0
 
 
-def records_to_dataset(records: Iterable[Mapping]) -> Dataset:
+def records_to_dataset(records: Iterable[Mapping[str, Any]]) -> Dataset:
     """Group records by (workload, target) and extract features of their configs; a config timed
     more than once counts once, with its fastest timing."""
-    by_group: dict[tuple[str, str], list[Mapping]] = {}
+    by_group: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for record in fastest_per_config(records):
         by_group.setdefault((record["workload"], record["target"]), []).append(record)
-    features, throughputs, groups, names = [], [], [], []
+    features: list[np.ndarray] = []
+    throughputs: list[np.ndarray] = []
+    groups: list[int] = []
+    names: list[str] = []
     for (workload, target), group in by_group.items():
         extractor = extractor_for(workload, target)
-        valid = []
+        valid: list[tuple[Config, float]] = []
         for record in group:
             config = Config.from_json(record["config"])
             if extractor.template.space.is_valid(config):

@@ -7,9 +7,15 @@ learned model scores the survivors (Pruner's draft-then-verify); its terms are a
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, cast
 
 from search import Config, Template
+from search.gpu_template import GPUTemplate
 from search.tensorcore_template import TensorCoreTemplate
+
+if TYPE_CHECKING:
+    from search.cpu_template import CPUTemplate
+    from search.cuda_template import CUDATemplate
 
 CPU_GHZ = 3.0
 L1_BYTES, L2_BYTES = 32 << 10, 512 << 10
@@ -58,14 +64,14 @@ def draft_features(template: Template, config: Config) -> dict[str, float]:
     loads = sum(r.footprint(inner) for r in s.reads)
     features["loads_per_fma"] = loads / outputs_inner
     features["log_register_tile"] = math.log2(outputs_inner)
-    if template.target.is_cuda:
-        features.update(_cuda_draft(template, config))
+    if template.target.is_cuda:  # a CUDA target's templates other than the tensor-core one are CUDATemplates
+        features.update(_cuda_draft(cast("CUDATemplate", template), config))
     else:
-        features.update(_cpu_draft(template, config, outputs_inner, loads))
+        features.update(_cpu_draft(cast("CPUTemplate", template), config, outputs_inner, loads))
     return features
 
 
-def _cpu_draft(template: Template, config: Config, fmas: int, loads: int) -> dict[str, float]:
+def _cpu_draft(template: CPUTemplate, config: Config, fmas: int, loads: int) -> dict[str, float]:
     s = template.structure
     cores, lanes = template.target.cores, template.lanes
     parallel = math.prod(_level(template, config, 0))
@@ -86,7 +92,8 @@ def _cpu_draft(template: Template, config: Config, fmas: int, loads: int) -> dic
             "l1_fit": l1_tile / L1_BYTES, "l2_fit": l2_tile / L2_BYTES, "packed": float(config.get("pack", 0))}
 
 
-def _gpu_draft(template: Template, config: Config, blocks: int, intensity: float, fma_per_sm: int) -> dict:
+def _gpu_draft(template: GPUTemplate, config: Config, blocks: int, intensity: float,
+               fma_per_sm: int) -> dict[str, float]:
     """Occupancy and waves from threads, registers and shared memory; peak scaled by `intensity`."""
     threads = template.threads(config)
     shared = template.shared_bytes(config)
@@ -101,7 +108,7 @@ def _gpu_draft(template: Template, config: Config, blocks: int, intensity: float
             "registers_per_thread": registers, "occupancy": occupancy}
 
 
-def _cuda_draft(template: Template, config: Config) -> dict[str, float]:
+def _cuda_draft(template: CUDATemplate, config: Config) -> dict[str, float]:
     vthreads = math.prod(_level(template, config, 1))
     per_thread = vthreads * math.prod(_level(template, config, 3))
     features = _gpu_draft(template, config, math.prod(_level(template, config, 0)), min(1.0, per_thread / 16),

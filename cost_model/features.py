@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import queue
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ FEATURE_NAMES: tuple[str, ...] = (tuple(f"max_{n}" for n in PER_STORE_NAMES)
 BASE_COLUMNS = slice(0, 2 * len(PER_STORE_NAMES) + 1)  # the PerStoreFeature part, for ablations
 
 
-def _context(target):
+def _context(target: Any) -> Any:
     """A one-thread TuneContext for the extractor, without TuneContext.__init__'s tensor-intrinsic
     import, which costs 15-50 s and is not needed to read features."""
     from tvm.s_tir import meta_schedule as ms
@@ -67,7 +67,7 @@ class FeatureExtractor:
 
     CHUNK = 32
 
-    def __init__(self, template: Template, threads: int | None = None):
+    def __init__(self, template: Template, threads: int | None = None) -> None:
         """`threads`: how many threads apply and read configs; default one per core."""
         from tvm.s_tir import meta_schedule as ms
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union, cast
 
 import numpy as np
 
 from .base import check_data, relevance
 from .training import TrainingData
+
+if TYPE_CHECKING:
+    import lightgbm
+
+InitModel = Union[str, "os.PathLike[str]", "LightGBMRanker", None]  # a model file, or a fitted ranker
 
 
 class LightGBMRanker:
@@ -16,7 +23,7 @@ class LightGBMRanker:
     LightGBM query: a workload's records are cut into queries of that many rows or fewer."""
 
     def __init__(self, *, num_boost_round: int = 80, learning_rate: float = 0.1, num_leaves: int = 31,
-                 min_data_in_leaf: int = 5, query_rows: int = 128, seed: int = 0, init_model=None):
+                 min_data_in_leaf: int = 5, query_rows: int = 128, seed: int = 0, init_model: InitModel = None) -> None:
         self.num_boost_round = num_boost_round
         self.learning_rate = learning_rate
         self.num_leaves = num_leaves
@@ -24,12 +31,12 @@ class LightGBMRanker:
         self.query_rows = query_rows
         self.seed = seed
         self.init_model = init_model
-        self.booster_ = None
+        self.booster_: lightgbm.Booster | None = None
         self.base_booster_ = self._load_base(init_model)
         self._data = TrainingData()
 
     @staticmethod
-    def _load_base(init_model):
+    def _load_base(init_model: InitModel) -> lightgbm.Booster | None:
         import lightgbm
 
         if init_model is None:
@@ -43,7 +50,7 @@ class LightGBMRanker:
             raise ValueError(f"{path} is not a LightGBM model file: {str(err).splitlines()[0]}") from None
 
     @property
-    def params(self) -> dict:
+    def params(self) -> dict[str, Any]:
         return {"objective": "lambdarank", "learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
                 "min_data_in_leaf": self.min_data_in_leaf, "seed": self.seed, "deterministic": True,
                 "num_threads": 1, "verbose": -1, "label_gain": list(range(32)), "feature_pre_filter": False,
@@ -59,7 +66,9 @@ class LightGBMRanker:
         (see `PRETRAINED_PARAMS`).
         """
         rng = np.random.default_rng(self.seed)
-        order, queries, start = [], [], 0
+        order: list[np.ndarray] = []
+        queries: list[int] = []
+        start = 0
         for size in groups:
             rows = start + rng.permutation(size)
             for first in range(0, size, self.query_rows):
@@ -68,12 +77,12 @@ class LightGBMRanker:
             start += size
         return np.concatenate(order), queries
 
-    def fit(self, features, throughputs, groups) -> "LightGBMRanker":
+    def fit(self, features: np.ndarray, throughputs: np.ndarray, groups: np.ndarray) -> "LightGBMRanker":
         """Train on this data only (plus the transferred trees)."""
         self._data = TrainingData()
         return self.update(features, throughputs, groups)
 
-    def update(self, features, throughputs, groups) -> "LightGBMRanker":
+    def update(self, features: np.ndarray, throughputs: np.ndarray, groups: np.ndarray) -> "LightGBMRanker":
         """Add data and retrain on everything seen so far."""
         import lightgbm
 
@@ -88,24 +97,25 @@ class LightGBMRanker:
                                        init_model=self.base_booster_, keep_training_booster=False)
         return self
 
-    def predict(self, features) -> np.ndarray:
+    def predict(self, features: np.ndarray) -> np.ndarray:
         booster = self.booster_ or self.base_booster_
         features = np.asarray(features, dtype=np.float32)
         if booster is None:
             return np.zeros(len(features))
-        return booster.predict(features)
+        # sparse results are for sparse inputs or contribution output: a dense matrix gets a vector
+        return cast(np.ndarray, booster.predict(features))
 
     def feature_importance(self) -> np.ndarray:
         booster = self.booster_ or self.base_booster_
         return booster.feature_importance("gain") if booster else np.zeros(0)
 
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         booster = self.booster_ or self.base_booster_
         if booster is None:
             raise ValueError("nothing to save: the ranker has not been fitted")
         Path(path).write_text(booster.model_to_string())
 
     @classmethod
-    def load(cls, path, **params) -> "LightGBMRanker":
+    def load(cls, path: str | os.PathLike[str], **params: Any) -> "LightGBMRanker":
         """A ranker that predicts with the saved trees and keeps learning on top of them."""
         return cls(init_model=path, **params)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .dataset import Dataset
 from .lightgbm_ranker import LightGBMRanker
@@ -15,7 +16,7 @@ PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 # 0.773 and 0.796 for the online ranker's defaults, which stay small so that retraining stays cheap.
 # Then, on the same workloads and seeds 0-2, queries of whole workloads (up to 1,000 rows) rather
 # than of 128 rows: top-5 0.861 against 0.846, pairwise 0.776 both.
-PRETRAINED_PARAMS = {"num_boost_round": 150, "num_leaves": 63, "min_data_in_leaf": 20, "query_rows": 1000}
+PRETRAINED_PARAMS: dict[str, Any] = {"num_boost_round": 150, "num_leaves": 63, "min_data_in_leaf": 20, "query_rows": 1000}
 
 
 def fit_pretrained(dataset: Dataset) -> LightGBMRanker:
@@ -31,7 +32,7 @@ def has_pretrained(target_kind: str) -> bool:
     return pretrained_path(target_kind).is_file()
 
 
-def load_pretrained(target_kind: str = "llvm", **params) -> LightGBMRanker:
+def load_pretrained(target_kind: str = "llvm", **params: Any) -> LightGBMRanker:
     """The shipped LightGBM ranker for `target_kind` ('llvm'), ready to predict and keep learning."""
     path = pretrained_path(target_kind)
     if not path.is_file():

@@ -33,7 +33,7 @@ class DraftThenVerify:
     configs, and the rows of measured configs are what the ranker then trains on.
     """
 
-    def __init__(self, template: Template, model: CostModel, extractor: Extractor, *, draft: bool = True):
+    def __init__(self, template: Template, model: CostModel, extractor: Extractor, *, draft: bool = True) -> None:
         self.template, self.model, self.extractor, self.draft = template, model, extractor, draft
         self.draft_trusted = True
         self._features: dict[Config, np.ndarray] = {}

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .base import check_data
 from .training import TrainingData
 
+if TYPE_CHECKING:
+    import torch
 
-def _network(width: int, hidden: int):
+
+def _network(width: int, hidden: int) -> torch.nn.Sequential:
     import torch
 
     return torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.ReLU(),
@@ -17,19 +23,20 @@ def _network(width: int, hidden: int):
 
 class TorchRanker:
     def __init__(self, *, hidden: int = 128, epochs: int = 150, learning_rate: float = 3e-3,
-                 pairs_per_group: int = 4096, seed: int = 0):
+                 pairs_per_group: int = 4096, seed: int = 0) -> None:
         self.hidden, self.epochs, self.learning_rate = hidden, epochs, learning_rate
         self.pairs_per_group, self.seed = pairs_per_group, seed
-        self.net_ = None
-        self.mean_ = self.scale_ = None
+        self.net_: torch.nn.Sequential | None = None
+        self.mean_: np.ndarray | None = None
+        self.scale_: np.ndarray | None = None
         self._data = TrainingData()
 
-    def fit(self, features, throughputs, groups) -> "TorchRanker":
+    def fit(self, features: np.ndarray, throughputs: np.ndarray, groups: np.ndarray) -> "TorchRanker":
         self._data = TrainingData()
         self.net_ = None
         return self.update(features, throughputs, groups)
 
-    def update(self, features, throughputs, groups) -> "TorchRanker":
+    def update(self, features: np.ndarray, throughputs: np.ndarray, groups: np.ndarray) -> "TorchRanker":
         import torch
 
         self._data.add_groups(*check_data(features, throughputs, groups))
@@ -65,7 +72,7 @@ class TorchRanker:
             optimizer.step()
         return self
 
-    def predict(self, features) -> np.ndarray:
+    def predict(self, features: np.ndarray) -> np.ndarray:
         import torch
 
         features = np.asarray(features, dtype=np.float32)
@@ -74,7 +81,7 @@ class TorchRanker:
         with torch.no_grad():
             return self.net_(torch.from_numpy((features - self.mean_) / self.scale_).float()).squeeze(1).numpy()
 
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         import torch
 
         if self.net_ is None:
@@ -83,7 +90,7 @@ class TorchRanker:
                     "scale": torch.from_numpy(self.scale_), "hidden": self.hidden}, path)
 
     @classmethod
-    def load(cls, path, **params) -> "TorchRanker":
+    def load(cls, path: str | os.PathLike[str], **params: Any) -> "TorchRanker":
         """Load a saved ranker; `weights_only=True`, so no arbitrary object is unpickled."""
         import torch
 

@@ -23,12 +23,12 @@ def _thaw(value: Value) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-class Config(Mapping):
+class Config(Mapping[str, Value]):
     """Hashable and ordered by knob name, so equal configs have one identity everywhere."""
 
     __slots__ = ("_items", "_hash")
 
-    def __init__(self, values: Mapping[str, Any] | None = None, **kwargs: Any):
+    def __init__(self, values: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         merged = dict(values or {}, **kwargs)
         self._items = tuple(sorted((str(k), _freeze(v)) for k, v in merged.items()))
         self._hash = hash(self._items)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .config import Config
-from .knobs import ChoiceKnob, OrderKnob, PlacementKnob, split_knob
+from .knobs import ChoiceKnob, Knob, OrderKnob, PlacementKnob, split_knob
 from .space import Space
-from .template import Template
+from .template import BlockRV, LoopRV, Schedule, Template
 
 SPATIAL_LEVELS = 4  # parallel outer, cache tile, register tile outer, register tile inner
 REDUCE_LEVELS = 2
@@ -39,7 +40,7 @@ class CPUTemplate(Template):
 
     def make_space(self) -> Space:
         s = self.structure
-        knobs = [split_knob(self.axis_knob(a), s.extents[a], SPATIAL_LEVELS) for a in s.spatial]
+        knobs: list[Knob] = [split_knob(self.axis_knob(a), s.extents[a], SPATIAL_LEVELS) for a in s.spatial]
         knobs += [split_knob(self.axis_knob(a), s.extents[a], REDUCE_LEVELS) for a in s.reduce]
         names = [s.axis_names[a] for a in self.vector_candidates()]
         knobs.append(OrderKnob("vector_axis", tuple(names)))
@@ -82,7 +83,7 @@ class CPUTemplate(Template):
         vec = self.vector_axis(config)
         return vec, config[self.axis_knob(vec)][-1] if config.get("pack") else 0
 
-    def schedule_prefix(self, sch, config: Config) -> None:
+    def schedule_prefix(self, sch: Schedule, config: Config) -> None:
         """The accumulator (its layout), the fused epilogue and the packed operand."""
         s = self.structure
         block = sch.get_sblock(s.main_block)
@@ -95,7 +96,7 @@ class CPUTemplate(Template):
         if pack_width:
             self.pack(sch, block, vec, pack_width)
 
-    def schedule(self, sch, config: Config) -> None:
+    def schedule(self, sch: Schedule, config: Config) -> None:
         s = self.structure
         block = sch.get_sblock(s.main_block)
         (writeback,) = sch.get_consumers(block)
@@ -124,12 +125,12 @@ class CPUTemplate(Template):
             self.vectorize_innermost(sch, writeback_loops[-1])
 
     @staticmethod
-    def vectorize_innermost(sch, loop) -> None:
+    def vectorize_innermost(sch: Schedule, loop: LoopRV) -> None:
         if int(sch.get(loop).extent) > 1:
             sch.vectorize(loop)
 
     @staticmethod
-    def contiguous_accumulator(sch, block, dim_order: list[int]) -> None:
+    def contiguous_accumulator(sch: Schedule, block: BlockRV, dim_order: list[int]) -> None:
         """Lay the accumulator out in register-tile order, the vectorized axis innermost.
 
         Otherwise, when the vectorized axis is not the output's last one (NCHW conv over k), every
@@ -137,14 +138,17 @@ class CPUTemplate(Template):
         """
         sch.transform_layout(block, ("write", 0), lambda *idx: tuple(idx[d] for d in dim_order))
 
-    def pack(self, sch, block, vec: int, width: int) -> None:
+    def pack(self, sch: Schedule, block: BlockRV, vec: int, width: int) -> None:
         """Copy the operand into a [d // width, ..., width] layout once per call, in parallel."""
-        access = self.structure.reads[self.packed_operand(vec)]
+        operand = self.packed_operand(vec)
+        assert operand is not None, f"axis {vec} has no operand to pack"  # pack_rule admits no other config
+        access = self.structure.reads[operand]
         dim = access.dim_indexed_by(vec)
+        assert dim is not None  # packed_operand chose this operand for having that dimension
         names = [region.source.name for region in sch.get(block).reads]
         packed = sch.cache_read(block, names.index(access.buffer), "global")
 
-        def layout(*idx):
+        def layout(*idx: Any) -> tuple[Any, ...]:
             rest = [i for d, i in enumerate(idx) if d != dim]
             return (idx[dim] // width, *rest, idx[dim] % width)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 from .config import Config
-from .knobs import ChoiceKnob, split_knob
+from .knobs import ChoiceKnob, Knob, split_knob
 from .gpu_template import GPUTemplate
 from .space import Space
+from .template import BlockRV, LoopRV, Schedule
 
 SPATIAL_LEVELS = 4  # blockIdx, vthread, threadIdx, per-thread inner tile
 REDUCE_LEVELS = 2  # staged through shared memory per outer step
@@ -26,7 +27,7 @@ class CUDATemplate(GPUTemplate):
 
     def make_space(self) -> Space:
         s = self.structure
-        knobs = [split_knob(self.axis_knob(a), s.extents[a], SPATIAL_LEVELS) for a in s.spatial]
+        knobs: list[Knob] = [split_knob(self.axis_knob(a), s.extents[a], SPATIAL_LEVELS) for a in s.spatial]
         knobs += [split_knob(self.axis_knob(a), s.extents[a], REDUCE_LEVELS) for a in s.reduce]
         knobs += [ChoiceKnob(self.vector_knob(r.buffer), VECTOR_LOADS) for r in s.reads]
         knobs.append(ChoiceKnob("unroll", UNROLL_STEPS))
@@ -79,7 +80,7 @@ class CUDATemplate(GPUTemplate):
                 return f"{read.buffer} cannot be loaded {width} elements at a time with this tiling"
         return None
 
-    def schedule(self, sch, config: Config) -> None:
+    def schedule(self, sch: Schedule, config: Config) -> None:
         s = self.structure
         block = sch.get_sblock(s.main_block)
         sources = [region.source.name for region in sch.get(block).reads]  # padding inlined: data, not pad
@@ -107,7 +108,8 @@ class CUDATemplate(GPUTemplate):
         sch.decompose_reduction(block, levels[3][0])
 
     @staticmethod
-    def stage_in_shared(sch, block, buffer: str, at, depth: int, threads: int, width: int) -> None:
+    def stage_in_shared(sch: Schedule, block: BlockRV, buffer: str, at: LoopRV, depth: int, threads: int,
+                        width: int) -> None:
         """Cooperative fetch: all threads copy the tile, `width` contiguous elements each."""
         names = [region.source.name for region in sch.get(block).reads]
         shared = sch.cache_read(block, names.index(buffer), "shared")

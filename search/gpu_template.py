@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from .config import Config
 from .space import InvalidConfig
 from .template import Template, lower_schedule
@@ -20,6 +22,18 @@ class GPUTemplate(Template):
         self.max_shared = self.target.cuda_limit("max_shared_memory_per_block")
         self.block_registers = self.target.cuda_limit("registers_per_block")
         self._verified: dict[Config, str | None] = {}
+
+    @abstractmethod
+    def threads(self, config: Config) -> int:
+        """Threads per block."""
+
+    @abstractmethod
+    def shared_bytes(self, config: Config) -> int:
+        """Shared memory per block, estimated from the tiles."""
+
+    @abstractmethod
+    def registers(self, config: Config) -> int:
+        """Estimated registers per thread."""
 
     @staticmethod
     def vector_knob(buffer: str) -> str:

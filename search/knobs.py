@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +15,7 @@ def factorizations(extent: int, parts: int) -> tuple[tuple[int, ...], ...]:
     """Every ordered way to write `extent` as a product of `parts` positive factors."""
     if parts == 1:
         return ((extent,),)
-    result = []
+    result: list[tuple[int, ...]] = []
     for first in range(1, extent + 1):
         if extent % first == 0:
             result.extend((first,) + rest for rest in factorizations(extent // first, parts - 1))
@@ -26,19 +27,19 @@ class Knob:
     """A named decision with a finite tuple of options."""
 
     name: str
-    options: tuple = field(repr=False)
+    options: tuple[Any, ...] = field(repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.options:
             raise ValueError(f"knob {self.name!r} has no options")
 
     def __len__(self) -> int:
         return len(self.options)
 
-    def sample(self, rng: np.random.Generator):
+    def sample(self, rng: np.random.Generator) -> Any:
         return self.options[int(rng.integers(len(self.options)))]
 
-    def mutate(self, value, rng: np.random.Generator):
+    def mutate(self, value: Any, rng: np.random.Generator) -> Any:
         """A different value, preferring a nearby one (options are ordered small to large)."""
         if len(self.options) == 1:
             return value
@@ -80,7 +81,7 @@ class SplitKnob(Knob):
     extent: int = 1
     parts: int = 1
 
-    def mutate(self, value, rng: np.random.Generator):
+    def mutate(self, value: Any, rng: np.random.Generator) -> Any:
         """Move one prime factor from one level to another: a small step in tile shape."""
         candidates = []
         for src, dst in itertools.permutations(range(self.parts), 2):
@@ -95,18 +96,19 @@ class SplitKnob(Knob):
         return candidates[int(rng.integers(len(candidates)))]
 
     @property
-    def _option_set(self) -> frozenset:
+    def _option_set(self) -> frozenset[Any]:
         return _option_set(self.options)
 
 
 @lru_cache(maxsize=256)
-def _option_set(options: tuple) -> frozenset:
+def _option_set(options: tuple[Any, ...]) -> frozenset[Any]:
     return frozenset(options)
 
 
 @lru_cache(maxsize=4096)
 def _primes(n: int) -> tuple[int, ...]:
-    found, p = [], 2
+    found: list[int] = []
+    p = 2
     while p * p <= n:
         if n % p == 0:
             found.append(p)

@@ -13,7 +13,12 @@ from .space import Space
 class RestrictedSpace(Space):
     """Only `allowed` configs are valid; neighbors are the allowed configs nearest in knob values."""
 
-    def __init__(self, base: Space, allowed: Iterable[Config]):
+    # set in __init__ (the dataclass is frozen): the configs, as a set, and their knob values' hashes
+    allowed: tuple[Config, ...]
+    _members: frozenset[Config]
+    _matrix: np.ndarray
+
+    def __init__(self, base: Space, allowed: Iterable[Config]) -> None:
         allowed = tuple(dict.fromkeys(c for c in allowed if base.is_valid(c)))
         if not allowed:
             raise ValueError("no allowed config is valid in the base space")
@@ -32,7 +37,7 @@ class RestrictedSpace(Space):
     def random_config(self, rng: np.random.Generator, attempts: int = 1000) -> Config:
         return self.allowed[int(rng.integers(len(self.allowed)))]
 
-    def sample(self, rng, n, exclude=()):
+    def sample(self, rng: np.random.Generator, n: int, exclude: Iterable[Config] = ()) -> list[Config]:
         exclude = set(exclude)
         left = [c for c in self.allowed if c not in exclude]
         picks = rng.permutation(len(left))[:n]

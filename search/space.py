@@ -23,7 +23,7 @@ class Space:
     knobs: tuple[Knob, ...]
     rules: tuple[Rule, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         names = [k.name for k in self.knobs]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate knob names in {names}")

@@ -8,7 +8,7 @@ between calls, so the same rng state, seeds and scores give the same proposals.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -18,7 +18,16 @@ from .space import Space
 Score = Callable[[Sequence[Config]], np.ndarray]
 
 
-def _best_distinct(scored: dict[Config, float], n: int, exclude: set) -> list[Config]:
+class Strategy(Protocol):
+    """What every strategy is: a name, and `propose` as the module's docstring says."""
+
+    name: str
+
+    def propose(self, space: Space, score: Score, rng: np.random.Generator, n: int,
+                seeds: Sequence[Config] = (), exclude: Iterable[Config] = ()) -> list[Config]: ...
+
+
+def _best_distinct(scored: dict[Config, float], n: int, exclude: set[Config]) -> list[Config]:
     ranked = sorted((c for c in scored if c not in exclude and np.isfinite(scored[c])),
                     key=lambda c: (-scored[c], c.id))
     return ranked[:n]
@@ -39,10 +48,11 @@ class SimulatedAnnealing:
 
     name = "annealing"
 
-    def __init__(self, *, chains: int = 64, steps: int = 8, start_temperature: float = 1.0):
+    def __init__(self, *, chains: int = 64, steps: int = 8, start_temperature: float = 1.0) -> None:
         self.chains, self.steps, self.start_temperature = chains, steps, start_temperature
 
-    def propose(self, space, score, rng, n, seeds=(), exclude=()):
+    def propose(self, space: Space, score: Score, rng: np.random.Generator, n: int,
+                seeds: Sequence[Config] = (), exclude: Iterable[Config] = ()) -> list[Config]:
         exclude = set(exclude)
         starts = list(seeds)[: self.chains // 2]
         starts += space.sample(rng, self.chains - len(starts))
@@ -70,10 +80,11 @@ class Evolutionary:
 
     name = "evolutionary"
 
-    def __init__(self, *, population: int = 128, generations: int = 4, mutation_rate: float = 0.6):
+    def __init__(self, *, population: int = 128, generations: int = 4, mutation_rate: float = 0.6) -> None:
         self.population, self.generations, self.mutation_rate = population, generations, mutation_rate
 
-    def propose(self, space, score, rng, n, seeds=(), exclude=()):
+    def propose(self, space: Space, score: Score, rng: np.random.Generator, n: int,
+                seeds: Sequence[Config] = (), exclude: Iterable[Config] = ()) -> list[Config]:
         exclude = set(exclude)
         members = list(dict.fromkeys(list(seeds)[: self.population // 2]))
         members += space.sample(rng, self.population - len(members), exclude=members)
@@ -97,10 +108,11 @@ class Evolutionary:
         return _best_distinct(scored, n, exclude)
 
 
-STRATEGIES = {"random": RandomSearch, "annealing": SimulatedAnnealing, "evolutionary": Evolutionary}
+STRATEGIES: dict[str, Callable[[], Strategy]] = {"random": RandomSearch, "annealing": SimulatedAnnealing,
+                                                 "evolutionary": Evolutionary}
 
 
-def make_strategy(name: str):
+def make_strategy(name: str) -> Strategy:
     if name not in STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     return STRATEGIES[name]()

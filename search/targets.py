@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 if TYPE_CHECKING:
-    import tvm
+    from tvm.target import Target  # TVM ships no type information: Any to mypy
 
 Kind = Literal["llvm", "cuda"]
 
@@ -70,7 +70,7 @@ class TargetInfo:
         return "cuda" if self.is_cuda else "cpu"
 
     @cached_property
-    def tvm(self) -> tvm.target.Target:
+    def tvm(self) -> Target:
         """The TVM target, built on first use in each process."""
         import tvm
 
@@ -111,7 +111,7 @@ class TargetInfo:
         return self.key
 
     @classmethod
-    def from_tvm(cls, target: tvm.target.Target, caches: Mapping[str, int] | None = None) -> "TargetInfo":
+    def from_tvm(cls, target: Target, caches: Mapping[str, int] | None = None) -> "TargetInfo":
         import tvm
 
         if target.kind.name not in ("llvm", "cuda"):
@@ -147,7 +147,7 @@ class TargetInfo:
         raise ValueError(f"not a target key: {key!r}")
 
 
-def host_cpu_target(num_cores: int | None = None) -> tvm.target.Target:
+def host_cpu_target(num_cores: int | None = None) -> Target:
     """This machine's CPU with its detected `mcpu` and the cores the user has."""
     import tvm
 

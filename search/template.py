@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from typing import Hashable
+from typing import Any, Hashable
 
 import numpy as np
 
@@ -15,20 +15,25 @@ from .space import InvalidConfig, Space
 from .structure import Structure, analyze
 from .targets import TargetInfo
 
+# TVM's Python classes carry no type information: its schedules and their handles are Any here.
+Schedule = Any  # a tvm.s_tir.Schedule, or an UncheckedSchedule view of one
+BlockRV = Any  # a handle of a schedule's block
+LoopRV = Any  # a handle of a schedule's loop
+
 
 class Template(ABC):
     """Subclasses define `make_space` and `schedule`, and may split off a shared `schedule_prefix`;
     apply() is deterministic in the config."""
 
-    def __init__(self, workload: Workload, target: TargetInfo):
+    def __init__(self, workload: Workload, target: TargetInfo) -> None:
         self.workload = workload
         self.target = target
         self.structure: Structure = analyze(workload)
         self.prim_func = self._inline_padding(workload.prim_func())  # built once: PrimFuncs are immutable
-        self._prefixes: dict[Hashable, object] = {}
+        self._prefixes: dict[Hashable, Schedule] = {}
         self.space: Space = self.make_space()
 
-    def _inline_padding(self, func):
+    def _inline_padding(self, func: Any) -> Any:
         """The workload with its padding block (if any) inlined into its consumer: every schedule
         starts with that step, and it took a fifth of applying a conv's config."""
         from tvm import s_tir
@@ -43,14 +48,14 @@ class Template(ABC):
     def make_space(self) -> Space: ...
 
     @abstractmethod
-    def schedule(self, sch, config: Config) -> None:
+    def schedule(self, sch: Schedule, config: Config) -> None:
         """Apply `config` to `schedule_prefix`'s result for it, in place."""
 
     def prefix_key(self, config: Config) -> Hashable:
         """What `schedule_prefix` reads of a config: configs with equal keys share one prefix."""
         return None
 
-    def schedule_prefix(self, sch, config: Config) -> None:
+    def schedule_prefix(self, sch: Schedule, config: Config) -> None:
         """The first steps of a config's schedule, those that depend on `prefix_key(config)` alone.
 
         They are applied once per key and copied after: caching, layout rewrites and inlining do
@@ -60,11 +65,11 @@ class Template(ABC):
     def axis_knob(self, axis: int) -> str:
         return f"tile_{self.structure.axis_names[axis]}"
 
-    def check(self, config: Config | dict) -> Config:
+    def check(self, config: Config | dict[str, Any]) -> Config:
         """`config` as a `Config` that this template's space allows, else `InvalidConfig`."""
         return self.space.check(config if isinstance(config, Config) else Config(config))
 
-    def apply(self, config: Config | dict):
+    def apply(self, config: Config | dict[str, Any]) -> Schedule:
         """The scheduled program for `config`: a `tvm.s_tir.Schedule`, or `InvalidConfig`."""
         return self.unchecked_apply(self.check(config))
 
@@ -75,7 +80,7 @@ class Template(ABC):
         ran 1.3-1.5x as fast as on one, and 1.65x with a replica each)."""
         return type(self)(self.workload, self.target)
 
-    def _prefix(self, config: Config):
+    def _prefix(self, config: Config) -> Schedule:
         """The shared prefix of `config`'s schedule, built on first use; copying one costs about a
         hundredth of building it. Threads may build a key twice: both results are equal."""
         from tvm import s_tir
@@ -88,7 +93,7 @@ class Template(ABC):
             self._prefixes[key] = prefix
         return prefix
 
-    def unchecked_apply(self, config: Config):
+    def unchecked_apply(self, config: Config) -> Schedule:
         """`apply` without the space's rules (which may themselves need the program)."""
         from tvm import s_tir
 
@@ -112,7 +117,7 @@ class Template(ABC):
             return " ".join(lines) or str(err).splitlines()[-1]
         return "unknown schedule error"
 
-    def lower(self, config: Config):
+    def lower(self, config: Config) -> Any:
         """The lowered module (buffers flattened, loops vectorized): what the cost model reads."""
         return lower_schedule(self.apply(config), self.target.tvm)
 
@@ -133,15 +138,15 @@ class UncheckedSchedule:
 
     __slots__ = ("_sch",)
 
-    def __init__(self, sch):
+    def __init__(self, sch: Schedule) -> None:
         self._sch = sch
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         method = getattr(type(self._sch), name)
         return functools.partial(getattr(method, "__wrapped__", method), self._sch)
 
 
-def lower_schedule(sch, target):
+def lower_schedule(sch: Schedule, target: Any) -> Any:
     """The s_tir lowering passes only: a readable flat program, before host/device splitting.
 
     LowerMatchBuffer lowers the views that tensorized blocks (tensor-core fragments) take of

@@ -5,12 +5,14 @@ from __future__ import annotations
 import functools
 import math
 
-from workloads import Workload
+from workloads import BatchMatmul, Matmul, Workload
 
 from .config import Config
-from .knobs import ChoiceKnob, split_knob
+from .knobs import ChoiceKnob, Knob, split_knob
 from .gpu_template import GPUTemplate
 from .space import Space
+from .targets import TargetInfo
+from .template import BlockRV, LoopRV, Schedule
 
 FRAGMENT = 16  # WMMA's m = n = k
 MIN_SM = 70  # Volta: the first architecture with tensor cores
@@ -28,14 +30,14 @@ FRAGMENT_REGISTERS = 8  # a 16x16 fragment over a warp's 32 lanes: 8 floats, or 
 REGISTER_OVERHEAD = 32  # addresses, indices and loop counters beside the fragments
 
 
-def sm_version(target) -> int:
+def sm_version(target: TargetInfo) -> int:
     """The compute capability of a CUDA target's `arch` ("sm_90a" -> 90; 0 when absent)."""
     arch = target.arch
     digits = "".join(c for c in arch.removeprefix("sm_") if c.isdigit())
     return int(digits) if arch.startswith("sm_") and digits else 0
 
 
-def supports(workload: Workload, target) -> bool:
+def supports(workload: Workload, target: TargetInfo) -> bool:
     """Tensor cores take float16 operands in whole 16x16x16 fragments, on sm_70 and newer."""
     return (target.is_cuda and sm_version(target) >= MIN_SM and workload.op in OPERATORS
             and workload.dtype == "float16" and getattr(workload, "B", 1) <= MAX_GRID_Y
@@ -67,10 +69,12 @@ class TensorCoreTemplate(GPUTemplate):
     with the epilogue (bias, ReLU, cast to float16) fused into that copy.
     """
 
+    workload: Matmul | BatchMatmul  # the operators `supports` admits
+
     def make_space(self) -> Space:
         s = self.structure
         *_, i, j = s.spatial
-        knobs = [split_knob(self.axis_knob(a), s.extents[a] // FRAGMENT, SPATIAL_LEVELS) for a in (i, j)]
+        knobs: list[Knob] = [split_knob(self.axis_knob(a), s.extents[a] // FRAGMENT, SPATIAL_LEVELS) for a in (i, j)]
         knobs += [split_knob(self.axis_knob(a), s.extents[a] // FRAGMENT, REDUCE_LEVELS) for a in s.reduce]
         knobs += [ChoiceKnob(self.vector_knob(r.buffer), VECTOR_LOADS) for r in s.reads]
         knobs.append(ChoiceKnob("unroll", UNROLL_STEPS))
@@ -108,7 +112,7 @@ class TensorCoreTemplate(GPUTemplate):
             return f"{self.warps(config)} warps ({threads} threads) per block exceed the target's {self.max_threads}"
         return None
 
-    def schedule(self, sch, config: Config) -> None:
+    def schedule(self, sch: Schedule, config: Config) -> None:
         s = self.structure
         intrinsics = wmma_intrinsics(self.workload.transpose_b)
         block = sch.get_sblock(s.main_block)
@@ -154,7 +158,8 @@ class TensorCoreTemplate(GPUTemplate):
             sch.annotate(block_x, "pragma_auto_unroll_max_step", config["unroll"])
             sch.annotate(block_x, "pragma_unroll_explicit", 1)
 
-    def stage_in_shared(self, sch, block, index: int, at, depth: int, width: int, warps: int) -> None:
+    def stage_in_shared(self, sch: Schedule, block: BlockRV, index: int, at: LoopRV, depth: int, width: int,
+                        warps: int) -> None:
         """Cooperative fetch of one operand's tile by all warps, `width` halves per thread.
 
         `depth` counts the loops down to `at`. The copy's own loops follow; they are fewer than
@@ -170,7 +175,7 @@ class TensorCoreTemplate(GPUTemplate):
         sch.vectorize(vector)
 
     @staticmethod
-    def tensorize_fragments(sch, block, intrinsic: str):
+    def tensorize_fragments(sch: Schedule, block: BlockRV, intrinsic: str) -> BlockRV:
         """Tile a copy between fragments and memory into 16x16 pieces, one intrinsic each.
 
         Returns the tensorized block. The loops over pieces are unrolled: a fragment array

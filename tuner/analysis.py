@@ -14,7 +14,10 @@ from search.records import RecordStore, is_ok, median_cost
 
 
 def trace_frame(records: str | RecordStore, workload: str | None = None):
-    """One row per measured candidate in file order: trial, round, elapsed, latency, GFLOPS, best so far."""
+    """One row per measured candidate in file order: trial, round, elapsed, latency, GFLOPS, best so far.
+
+    Every record of the file counts, whatever machine measured it (the `target` column says which);
+    trials and best-so-far are counted per workload and target."""
     import pandas as pd
 
     from workloads import from_key
@@ -26,6 +29,7 @@ def trace_frame(records: str | RecordStore, workload: str | None = None):
     flops = {key: from_key(key).flops for key in {r["workload"] for r in rows}}
     frame = pd.DataFrame({
         "workload": [r["workload"] for r in rows],
+        "target": [r["target"] for r in rows],
         "round": [r.get("round", 0) for r in rows],
         "elapsed_s": [r.get("elapsed_s", np.nan) for r in rows],
         "predicted": [r.get("predicted", np.nan) for r in rows],
@@ -34,8 +38,8 @@ def trace_frame(records: str | RecordStore, workload: str | None = None):
         "config": [r["config"] for r in rows],
     })
     frame["gflops"] = [flops[w] / l / 1e9 if np.isfinite(l) else 0.0 for w, l in zip(frame.workload, frame.latency_s)]
-    frame["trial"] = frame.groupby("workload").cumcount() + 1
-    frame["best_gflops"] = frame.groupby("workload")["gflops"].cummax()
+    frame["trial"] = frame.groupby(["workload", "target"]).cumcount() + 1
+    frame["best_gflops"] = frame.groupby(["workload", "target"])["gflops"].cummax()
     return frame
 
 

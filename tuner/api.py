@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from cost_model import CostModel, TrainingData
-from search import Config, resolve_target
+from search import Config, TargetInfo, resolve_target
 from search.records import RecordError, RecordStore
 from workloads import Suite, Workload
 
@@ -54,12 +54,13 @@ def _progress(total: int, label: str, enabled: bool,
 
 
 @contextmanager
-def _measurer_for(measurer: Measurer | None, session: Session) -> Iterator[Measurer]:
-    """The caller's measurer, or a local harness for the session's target, closed after."""
+def _measurer_for(measurer: Measurer | None, target: TargetInfo) -> Iterator[Measurer]:
+    """The caller's measurer, or a local harness for `target`, closed after. Made before the
+    sessions, so that its workers start up while the sessions load models and read records."""
     if measurer is not None:
         yield measurer
         return
-    with Harness.local(session.target) as owned:
+    with Harness.local(target) as owned:
         yield owned
 
 
@@ -75,8 +76,16 @@ def tune(workload: Workload, target: Any = "llvm", *, trials: int = 64, records:
     """Tune one workload; stops at `trials`, at `time_budget_s`, or after `early_stopping` trials
     without improvement. Ctrl-C stops it too, with every finished measurement saved."""
     _check_budget(trials, time_budget_s, early_stopping, batch_size)
-    session = Session(workload, target, strategy=strategy, model=model, pretrained=pretrained,
-                      records=records, seed=seed)
+    resolved = resolve_target(target)
+    with _measurer_for(measurer, resolved) as used:
+        session = Session(workload, resolved, strategy=strategy, model=model, pretrained=pretrained,
+                          records=records, seed=seed)
+        _tune_session(session, used, trials, batch_size, time_budget_s, early_stopping, progress)
+    return _result(session)
+
+
+def _tune_session(session: Session, measurer: Measurer, trials: int, batch_size: int,
+                  time_budget_s: float | None, early_stopping: int | None, progress: bool) -> None:
     start = time.monotonic()
     done, best, improved_at = 0, math.inf, 0
 
@@ -91,14 +100,13 @@ def tune(workload: Workload, target: Any = "llvm", *, trials: int = 64, records:
     def postfix() -> dict[str, Any]:
         return {"best": f"{_result(session).gflops:.1f} GFLOPS", "errors": sum(session.errors().values())}
 
-    with _measurer_for(measurer, session) as used, _progress(trials, workload.key, progress, postfix) as bar:
+    with _progress(trials, session.workload.key, progress, postfix) as bar:
         def on_batch(batch_session: Session, count: int) -> None:
             nonlocal done
             done += count
             bar(batch_session, count)
 
-        run([session], used, trials, batch_size=batch_size, stop=stop, on_batch=on_batch)
-    return _result(session)
+        run([session], measurer, trials, batch_size=batch_size, stop=stop, on_batch=on_batch)
 
 
 def apply_best(workload: Workload, target: Any = "llvm", records: str = "runs.jsonl") -> Kernel:
@@ -137,23 +145,34 @@ def tune_suite(suite: Suite, target: Any = "llvm", *, trials: int = 2000, record
     """Share `trials` over the suite's workloads and one cost model; the next batch goes to the
     workload whose weighted latency is expected to drop most (`loop.GradientScheduler`)."""
     _check_budget(trials, None, None, batch_size)
+    resolved = resolve_target(target)
+    with _measurer_for(measurer, resolved) as used:
+        sessions = _suite_sessions(suite, resolved, model, records, strategy=strategy, pretrained=pretrained,
+                                   seed=seed)
+
+        def postfix() -> dict[str, Any]:
+            total = sum(e.weight * s.best_latency for e, s in zip(suite, sessions))
+            flops = sum(e.workload.flops * e.weight for e in suite)
+            return {"best": f"{flops / total / 1e9 if np.isfinite(total) else 0.0:.1f} GFLOPS",
+                    "errors": sum(sum(s.errors().values()) for s in sessions)}
+
+        with _progress(trials, suite.name, progress, postfix) as bar:
+            run(sessions, used, trials, batch_size=batch_size,
+                scheduler=GradientScheduler([e.weight for e in suite]), on_batch=bar)
+    return SuiteResult(suite, {s.workload.key: _result(s) for s in sessions})
+
+
+def _suite_sessions(suite: Suite, target: TargetInfo, model: str | CostModel, records: str | None,
+                    **options: Any) -> list[Session]:
+    """A session per layer, sharing one records file, one cost model and its training data."""
     store = RecordStore(records) if records else None
     training = TrainingData()
     shared: str | CostModel = model
     sessions = []
     for entry in suite:
-        session = Session(entry.workload, target, strategy=strategy, model=shared, pretrained=pretrained,
-                          records=store, seed=seed, training=training, shared_records=True)
+        session = Session(entry.workload, target, model=shared, records=store, training=training,
+                          shared_records=True, **options)
         shared = session.model
         sessions.append(session)
+    return sessions
 
-    def postfix() -> dict[str, Any]:
-        total = sum(e.weight * s.best_latency for e, s in zip(suite, sessions))
-        flops = sum(e.workload.flops * e.weight for e in suite)
-        return {"best": f"{flops / total / 1e9 if np.isfinite(total) else 0.0:.1f} GFLOPS",
-                "errors": sum(sum(s.errors().values()) for s in sessions)}
-
-    with _measurer_for(measurer, sessions[0]) as used, _progress(trials, suite.name, progress, postfix) as bar:
-        run(sessions, used, trials, batch_size=batch_size,
-            scheduler=GradientScheduler([e.weight for e in suite]), on_batch=bar)
-    return SuiteResult(suite, {s.workload.key: _result(s) for s in sessions})

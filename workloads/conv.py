@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .epilogue import cast, with_epilogue
-from .workload import (DTYPES, EPILOGUES, Workload, apply_epilogue, check_choice, check_positive,
+from .workload import (DTYPES, EPILOGUES, Shape, Workload, apply_epilogue, check_choice, check_positive,
                        epilogue_ops, finish)
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -23,13 +24,13 @@ def output_size(name: str, size: int, kernel: int, stride: int, padding: int, di
     return (size + 2 * padding - span) // stride + 1
 
 
-def check_padding(value) -> int:
+def check_padding(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"padding must be a non-negative integer, got {value!r}")
     return int(value)
 
 
-def padded(data, padding: int, spatial_axes: tuple[int, int]):
+def padded(data: Any, padding: int, spatial_axes: tuple[int, int]) -> Any:
     """Zero-pad `data` along its two spatial axes (an inlinable stage), or return it as is."""
     from tvm import te, tirx
 
@@ -39,7 +40,7 @@ def padded(data, padding: int, spatial_axes: tuple[int, int]):
     for axis in spatial_axes:
         shape[axis] = shape[axis] + 2 * padding
 
-    def body(*idx):
+    def body(*idx: Any) -> Any:
         inside = [idx[a] >= padding for a in spatial_axes] + [idx[a] < data.shape[a] + padding for a in spatial_axes]
         source = [i - padding if a in spatial_axes else i for a, i in enumerate(idx)]
         return te.if_then_else(te.all(*inside), data(*source), tirx.const(0.0, data.dtype))
@@ -57,6 +58,23 @@ def windows(x: np.ndarray, R: int, S: int, stride: int, padding: int, dilation: 
 
 class SlidingWindow:
     """Output size and FLOPs shared by the convolutions (N, H, W, R, S, stride, padding, dilation)."""
+
+    if TYPE_CHECKING:  # what the mixin reads of the dataclasses it is mixed into
+        N: int
+        H: int
+        W: int
+        R: int
+        S: int
+        stride: int
+        padding: int
+        dilation: int
+        epilogue: str | None
+
+        @property
+        def out_channels(self) -> int: ...
+
+        @property
+        def reduction_size(self) -> int: ...
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -99,18 +117,18 @@ class Conv2d(SlidingWindow, Workload):
         return self.C * self.R * self.S
 
     @property
-    def input_shapes(self):
+    def input_shapes(self) -> tuple[Shape, ...]:
         bias = ((self.K,),) if self.epilogue in ("bias", "bias_relu") else ()
         if self.layout == "NCHW":
             return ((self.N, self.C, self.H, self.W), (self.K, self.C, self.R, self.S)) + bias
         return ((self.N, self.H, self.W, self.C), (self.R, self.S, self.C, self.K)) + bias
 
     @property
-    def output_shapes(self):
+    def output_shapes(self) -> tuple[Shape, ...]:
         OH, OW = self.out_hw
         return ((self.N, self.K, OH, OW),) if self.layout == "NCHW" else ((self.N, OH, OW, self.K),)
 
-    def tensors(self):
+    def tensors(self) -> list[Any]:
         from tvm import te
 
         shapes = self.input_shapes
@@ -121,6 +139,8 @@ class Conv2d(SlidingWindow, Workload):
         rh = te.reduce_axis((0, self.R), name="rh")
         rw = te.reduce_axis((0, self.S), name="rw")
         st, dl = self.stride, self.dilation
+        body: Callable[..., Any]
+        channel: Callable[..., Any]
         if self.layout == "NCHW":
             pad = padded(data, self.padding, (2, 3))
             body = lambda n, k, h, w: te.sum(
@@ -137,7 +157,7 @@ class Conv2d(SlidingWindow, Workload):
         out = with_epilogue(acc, self.epilogue, bias, channel, self.dtype)
         return [data, weight] + ([bias] if bias is not None else []) + [out]
 
-    def reference(self, *inputs):
+    def reference(self, *inputs: np.ndarray) -> np.ndarray:
         data, weight = (x.astype(np.float64) for x in inputs[:2])
         if self.layout == "NHWC":
             data, weight = data.transpose(0, 3, 1, 2), weight.transpose(3, 2, 0, 1)
@@ -177,15 +197,15 @@ class DepthwiseConv2d(SlidingWindow, Workload):
         return self.R * self.S
 
     @property
-    def input_shapes(self):
+    def input_shapes(self) -> tuple[Shape, ...]:
         bias = ((self.C,),) if self.epilogue in ("bias", "bias_relu") else ()
         return ((self.N, self.C, self.H, self.W), (self.C, 1, self.R, self.S)) + bias
 
     @property
-    def output_shapes(self):
+    def output_shapes(self) -> tuple[Shape, ...]:
         return ((self.N, self.C) + self.out_hw,)
 
-    def tensors(self):
+    def tensors(self) -> list[Any]:
         from tvm import te
 
         shapes = self.input_shapes
@@ -202,7 +222,7 @@ class DepthwiseConv2d(SlidingWindow, Workload):
         out = with_epilogue(acc, self.epilogue, bias, lambda n, c, h, w: c, self.dtype)
         return [data, weight] + ([bias] if bias is not None else []) + [out]
 
-    def reference(self, *inputs):
+    def reference(self, *inputs: np.ndarray) -> np.ndarray:
         data, weight = (x.astype(np.float64) for x in inputs[:2])
         patches = windows(data, self.R, self.S, self.stride, self.padding, self.dilation)
         acc = np.einsum("ncpqrs,crs->ncpq", patches, weight[:, 0], optimize=True)
@@ -214,7 +234,8 @@ def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, *, stride: in
            padding: int = 0, dilation: int = 1, layout: str = "NCHW", epilogue: str | None = None,
            dtype: str = "float32") -> Conv2d:
     """A convolution layer: N x C x H x W images, K filters of R x S (OIHW for NCHW, HWIO for NHWC)."""
-    conv = Conv2d(*(check_positive(n, v) for n, v in zip("NCHWKRS", (N, C, H, W, K, R, S))),
+    N, C, H, W, K, R, S = (check_positive(n, v) for n, v in zip("NCHWKRS", (N, C, H, W, K, R, S)))
+    conv = Conv2d(N, C, H, W, K, R, S,
                   stride=check_positive("stride", stride), padding=check_padding(padding),
                   dilation=check_positive("dilation", dilation), layout=check_choice("layout", layout, LAYOUTS),
                   epilogue=check_choice("epilogue", epilogue, EPILOGUES), dtype=check_choice("dtype", dtype, DTYPES))
@@ -226,7 +247,8 @@ def depthwise_conv2d(N: int, C: int, H: int, W: int, R: int, S: int, *, stride: 
                      padding: int = 0, dilation: int = 1, epilogue: str | None = None,
                      dtype: str = "float32") -> DepthwiseConv2d:
     """A depthwise convolution: one R x S filter per channel of N x C x H x W images."""
-    conv = DepthwiseConv2d(*(check_positive(n, v) for n, v in zip("NCHWRS", (N, C, H, W, R, S))),
+    N, C, H, W, R, S = (check_positive(n, v) for n, v in zip("NCHWRS", (N, C, H, W, R, S)))
+    conv = DepthwiseConv2d(N, C, H, W, R, S,
                            stride=check_positive("stride", stride), padding=check_padding(padding),
                            dilation=check_positive("dilation", dilation),
                            epilogue=check_choice("epilogue", epilogue, EPILOGUES),

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Callable
 
 import numpy as np
 
 from .epilogue import cast, with_epilogue
-from .workload import (DTYPES, EPILOGUES, Workload, apply_epilogue, check_choice, check_positive,
+from .workload import (DTYPES, EPILOGUES, Shape, Workload, apply_epilogue, check_choice, check_positive,
                        epilogue_ops, finish)
 
 
@@ -34,16 +35,16 @@ class Matmul(Workload):
         return self.K
 
     @property
-    def input_shapes(self):
+    def input_shapes(self) -> tuple[Shape, ...]:
         b = (self.N, self.K) if self.transpose_b else (self.K, self.N)
         bias = ((self.N,),) if self.epilogue in ("bias", "bias_relu") else ()
         return ((self.M, self.K), b) + bias
 
     @property
-    def output_shapes(self):
+    def output_shapes(self) -> tuple[Shape, ...]:
         return ((self.M, self.N),)
 
-    def tensors(self):
+    def tensors(self) -> list[Any]:
         from tvm import te
 
         shapes = self.input_shapes
@@ -51,6 +52,7 @@ class Matmul(Workload):
         b = te.placeholder(shapes[1], self.dtype, name="B")
         bias = te.placeholder(shapes[2], self.dtype, name="bias") if len(shapes) > 2 else None
         k = te.reduce_axis((0, self.K), name="k")
+        body: Callable[..., Any]
         if self.transpose_b:
             body = lambda i, j: te.sum(cast(a[i, k]) * cast(b[j, k]), axis=k)
         else:
@@ -59,7 +61,7 @@ class Matmul(Workload):
         out = with_epilogue(acc, self.epilogue, bias, lambda i, j: j, self.dtype)
         return [a, b] + ([bias] if bias is not None else []) + [out]
 
-    def reference(self, *inputs):
+    def reference(self, *inputs: np.ndarray) -> np.ndarray:
         a, b = (x.astype(np.float64) for x in inputs[:2])
         acc = a @ (b.T if self.transpose_b else b)
         bias = inputs[2] if len(inputs) > 2 else None
@@ -89,20 +91,21 @@ class BatchMatmul(Workload):
         return self.K
 
     @property
-    def input_shapes(self):
+    def input_shapes(self) -> tuple[Shape, ...]:
         b = (self.B, self.N, self.K) if self.transpose_b else (self.B, self.K, self.N)
         return ((self.B, self.M, self.K), b)
 
     @property
-    def output_shapes(self):
+    def output_shapes(self) -> tuple[Shape, ...]:
         return ((self.B, self.M, self.N),)
 
-    def tensors(self):
+    def tensors(self) -> list[Any]:
         from tvm import te
 
         a = te.placeholder(self.input_shapes[0], self.dtype, name="A")
         b = te.placeholder(self.input_shapes[1], self.dtype, name="B")
         k = te.reduce_axis((0, self.K), name="k")
+        body: Callable[..., Any]
         if self.transpose_b:
             body = lambda n, i, j: te.sum(cast(a[n, i, k]) * cast(b[n, j, k]), axis=k)
         else:
@@ -110,7 +113,7 @@ class BatchMatmul(Workload):
         acc = te.compute((self.B, self.M, self.N), body, name=self.op)
         return [a, b, with_epilogue(acc, None, None, None, self.dtype)]
 
-    def reference(self, *inputs):
+    def reference(self, *inputs: np.ndarray) -> np.ndarray:
         a, b = (x.astype(np.float64) for x in inputs)
         return finish(a @ (b.transpose(0, 2, 1) if self.transpose_b else b), self.dtype)
 

@@ -44,7 +44,7 @@ def from_key(key: str) -> Workload:
         raise ValueError(f"not a workload key: {key!r} (expected e.g. 'matmul(M=512,N=512,K=512,float32)')")
     op, body = match.groups()
     *pairs, dtype = body.split(",")
-    params = {}
+    params: dict[str, Any] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,7 @@ class Suite:
     source: str
     entries: tuple[SuiteEntry, ...]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[SuiteEntry]:
         return iter(self.entries)
 
     def __len__(self) -> int:

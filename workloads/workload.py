@@ -21,7 +21,7 @@ def check_positive(name: str, value: Any) -> int:
     return int(value)
 
 
-def check_choice(name: str, value: Any, choices: tuple) -> Any:
+def check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> Any:
     if value not in choices:
         shown = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be one of {shown}, got {value!r}")
@@ -73,7 +73,7 @@ class Workload(ABC):
     def output_shapes(self) -> tuple[Shape, ...]: ...
 
     @abstractmethod
-    def tensors(self) -> list:
+    def tensors(self) -> list[Any]:
         """The `tvm.te` tensors of the operator: inputs first, then outputs."""
 
     @abstractmethod
@@ -85,7 +85,7 @@ class Workload(ABC):
         """Name of the reduction block that templates tile."""
         return self.op
 
-    def prim_func(self):
+    def prim_func(self) -> Any:
         """The operator as a TVM PrimFunc (inputs first, then outputs), named after its op."""
         from tvm import te
 
@@ -115,9 +115,11 @@ def finish(workload_output: np.ndarray, dtype: str) -> np.ndarray:
     return np.ascontiguousarray(workload_output.astype(dtype))
 
 
-def apply_epilogue(acc: np.ndarray, epilogue: str | None, bias: np.ndarray | None, channel_axis: int):
+def apply_epilogue(acc: np.ndarray, epilogue: str | None, bias: np.ndarray | None,
+                   channel_axis: int) -> np.ndarray:
     """Apply a fused epilogue to a float64 accumulator (bias broadcast along `channel_axis`)."""
     if epilogue in ("bias", "bias_relu"):
+        assert bias is not None, f"the {epilogue} epilogue needs a bias"
         shape = [1] * acc.ndim
         shape[channel_axis] = -1
         acc = acc + bias.astype(np.float64).reshape(shape)

@@ -37,11 +37,11 @@ class RecordWarning(UserWarning):
 
 
 
-def _as_int(value: object) -> int:
+def _as_int(value: Any) -> int:
     """An exact integer (numpy ints pass); bools and floats are refused so knob types stay stable."""
     if isinstance(value, bool):
         raise TypeError
-    return operator.index(value)  # type: ignore[call-overload]
+    return operator.index(value)  # TypeError for anything without __index__
 
 
 def normalize_config(config: Mapping[str, Any]) -> dict[str, KnobValue]:

@@ -14,7 +14,7 @@ import os
 import stat
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +172,7 @@ class RecordStore:
         self._warned_tail = tail_lineno if tail_bad else self._warned_tail
         self._key = key
 
-    def _parse_lines(self, lines: list[str] | list[bytes], first_lineno: int, good: list[Record],
+    def _parse_lines(self, lines: Sequence[str | bytes], first_lineno: int, good: list[Record],
                      bad: list[tuple[int, str]]) -> None:
         """json.loads per line, so damage stays within its line; the common case is checked inline (speed)."""
         loads, keep, required, errors = json.loads, good.append, REQUIRED, ERRORS

@@ -81,6 +81,7 @@ class LocalBuilder:
         remove_stale_build_dirs()
         self.out_dir = tempfile.mkdtemp(prefix=f"{BUILD_DIR_PREFIX}{os.getpid()}-")
         self._pool = WorkerPool(self.workers, env={"TVM_NUM_THREADS": "1"})
+        self._pool.start()
 
     def build(self, workload: Workload, target: TargetInfo, configs: Sequence[Config]) -> list[BuildResult]:
         payloads = [tasks.BuildTask(workload, target, c.to_json(), self.out_dir) for c in configs]

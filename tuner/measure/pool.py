@@ -103,11 +103,17 @@ class _Worker:
                 pass
         self.log.close()
 
-    def stop(self) -> None:
+    def ask_to_stop(self) -> None:
+        """Tell an idle worker to exit; `kill` after waits for it (so many exit at once)."""
         try:
             write_message(self.process.stdin, None)
+        except OSError:
+            pass
+
+    def wait_stopped(self) -> None:
+        try:
             self.process.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             pass
         self.kill()
 
@@ -125,6 +131,11 @@ class WorkerPool:
         self.env = dict(env or {})
         self.size = workers
         self._workers: list[_Worker] = []
+
+    def start(self) -> None:
+        """Start the workers now: their imports then overlap whatever the caller does before the
+        first `map`, instead of delaying it."""
+        self._ensure_workers()
 
     def _ensure_workers(self) -> None:
         for worker in [w for w in self._workers if w.process.poll() is not None]:
@@ -186,10 +197,14 @@ class WorkerPool:
         return outcomes  # type: ignore[return-value]
 
     def close(self) -> None:
-        """Stop every worker; one still busy (after Ctrl-C, say) is killed: workers hold no state."""
+        """Stop every worker, all at once (each takes a while to exit once TVM is loaded); one still
+        busy (after Ctrl-C, say) or still starting is killed: workers hold no state."""
+        idle = [w for w in self._workers if w.ready and w.task_index is None]
+        for worker in idle:
+            worker.ask_to_stop()
         for worker in self._workers:
-            if worker.task_index is None:
-                worker.stop()
+            if worker in idle:
+                worker.wait_stopped()
             else:
                 worker.kill()
         self._workers = []

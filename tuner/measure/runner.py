@@ -45,6 +45,7 @@ class Runner:
         self.flush_cache, self.timeout_s, self.run_fn = flush_cache, timeout_s, run_fn
         threads = threads or len(os.sched_getaffinity(0))
         self._pool = WorkerPool(workers, env={"TVM_NUM_THREADS": str(threads)})
+        self._pool.start()
 
     def run(self, workload: Workload, target: TargetInfo, libraries: list[str], build_s: list[float],
             on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:

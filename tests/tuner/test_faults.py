@@ -19,7 +19,7 @@ import workloads
 from tests import faults
 from tuner import Harness, LocalBuilder, LocalRunner, RecordError, RecordStore, tune
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = workloads.matmul(32, 32, 16)
 
 

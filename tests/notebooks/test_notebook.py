@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "explore_traces.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "explore_traces.ipynb"
 
 
 def test_notebook_is_committed_without_outputs():

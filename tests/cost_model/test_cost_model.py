@@ -18,7 +18,7 @@ from cost_model.metrics import pass_agreement
 from tuner import RecordStore
 from search.records import MeasureResult, fastest_per_config, is_ok, make_record
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO / "cost_model" / "data"
 DATA = DATA_DIR / "cpu_random.jsonl"  # 8 workloads x 250: small enough to featurize in every test run
 

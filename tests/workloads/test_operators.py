@@ -12,7 +12,7 @@ import tvm
 import workloads
 from workloads import batch_matmul, conv2d, depthwise_conv2d, from_key, load_suite, matmul, suite_names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 EPILOGUES = (None, "bias", "relu", "bias_relu")
 DTYPES = ("float32", "float16")

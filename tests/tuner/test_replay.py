@@ -12,7 +12,7 @@ from search.records import is_ok, median_cost
 from tuner import ReplayMeasurer, run
 from tuner.replay import replay_session, trials_to_reach
 
-SLICE = Path(__file__).parent / "data" / "replay_slice.jsonl"
+SLICE = Path(__file__).resolve().parents[1] / "data" / "replay_slice.jsonl"
 STORE = RecordStore(SLICE)
 
 
@@ -44,7 +44,7 @@ def test_replay_repeats_exactly_and_counts_saved_time():
 
 def test_a_replayed_session_takes_the_recorded_target_and_keeps_every_recorded_config():
     # Measured on an AVX-512 CPU: a host without it has a space (vector lanes) that rejects some of them.
-    store = RecordStore(Path(__file__).parents[1] / "cost_model" / "data" / "cpu_dense.jsonl")
+    store = RecordStore(Path(__file__).resolve().parents[2] / "cost_model" / "data" / "cpu_dense.jsonl")
     measurer = ReplayMeasurer(store)
     key = next(k for k in sorted(store.workloads()) if k.startswith("conv2d"))
     session = replay_session(measurer, key, strategy="random", pretrained=False)

@@ -1,0 +1,66 @@
+"""The one loop (`tuner.run`) on replayed measurements: budgets, stops, exhausted spaces, records
+saved once each, and the suite scheduler's choices; no hardware, no timing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from search.records import RecordStore
+from tuner import ReplayMeasurer, run
+from tuner.loop import GradientScheduler
+from tuner.replay import replay_session
+
+SLICE = RecordStore(Path(__file__).resolve().parents[1] / "data" / "replay_slice.jsonl")
+MATMUL = next(k for k in SLICE.workloads() if k.startswith("matmul"))
+CONV = next(k for k in SLICE.workloads() if k.startswith("conv2d"))
+
+
+@pytest.fixture(scope="module")
+def measurer():
+    return ReplayMeasurer(SLICE)
+
+
+def test_each_result_is_saved_once_as_it_arrives_and_the_budget_holds(measurer, tmp_path):
+    records = tmp_path / "runs.jsonl"
+    session = replay_session(measurer, MATMUL, records=str(records), pretrained=False, seed=1)
+    saved_during_batch = []
+    original = session.observe
+
+    def observe(config, result):
+        original(config, result)
+        saved_during_batch.append(len(RecordStore(records)))
+
+    session.observe = observe  # type: ignore[method-assign]
+    assert run([session], measurer, 10, batch_size=4) == 10
+    assert saved_during_batch == list(range(1, 11))  # on disk before the batch ended
+    lines = [json.dumps(r["config"], sort_keys=True) for r in RecordStore(records)]
+    assert len(lines) == len(set(lines)) == len(session.trace) == 10
+    assert [row["round"] for row in session.trace] == [0] * 4 + [1] * 4 + [2] * 2
+
+
+def test_the_loop_ends_when_the_space_runs_out_or_stop_says_so(measurer):
+    small = replay_session(measurer, MATMUL, candidates=measurer.configs(MATMUL)[:6], pretrained=False)
+    assert run([small], measurer, 50, batch_size=4) == small.template.space.size >= 4
+    session = replay_session(measurer, MATMUL, pretrained=False)
+    assert run([session], measurer, 100, batch_size=3, stop=lambda: len(session.trace) >= 7) == 9
+
+
+def test_observing_a_config_twice_is_refused(measurer):
+    session = replay_session(measurer, MATMUL, pretrained=False)
+    config = session.ask(1)
+    session.tell(config, measurer.measure(session.workload, session.target, config))
+    with pytest.raises(ValueError, match="measured already"):
+        session.observe(config[0], measurer.measure(session.workload, session.target, config)[0])
+
+
+def test_the_scheduler_tries_every_session_then_skips_exhausted_ones(measurer):
+    sessions = [replay_session(measurer, key, pretrained=False, strategy="random") for key in (MATMUL, CONV)]
+    scheduler = GradientScheduler([1.0, 1.0])
+    assert scheduler.next(sessions, set()) == 0
+    scheduler.done(0, sessions[0])
+    assert scheduler.next(sessions, set()) == 1
+    scheduler.done(1, sessions[1])
+    assert scheduler.next(sessions, {0}) == 1 and scheduler.next(sessions, {1}) == 0
