@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 version = {}
 exec(Path("search/version.py").read_text(), version)
@@ -14,7 +14,7 @@ setup(
     long_description=Path("README.md").read_text(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["tuner", "cost_model", "search", "workloads"],
+    packages=find_packages(include=["tuner*", "cost_model*", "search*", "workloads*"]),
     package_data={"workloads": ["suites/*.json"], "cost_model": ["pretrained/*"]},
     install_requires=[
         # ffi 0.1.15 makes tvm.ir.save_json (and MetaSchedule's database) segfault: pin both.
@@ -29,7 +29,10 @@ setup(
         "filelock",
     ],
     extras_require={
-        "dev": ["pytest", "pytest-timeout", "tornado", "nbclient", "nbformat", "ipykernel", "matplotlib"],
+        # The tests and the type check; psutil: the RPC test reads which addresses servers listen on.
+        "dev": ["pytest", "pytest-timeout", "tornado", "nbclient", "nbformat", "ipykernel", "matplotlib", "mypy",
+                "psutil"],
+        # Only to run MetaSchedule as a baseline in benchmarks/; xgboost pulls a CUDA NCCL wheel.
         "baseline": ["xgboost", "psutil", "cloudpickle"],
     },
     entry_points={"console_scripts": ["autotune=tuner.cli:main"]},
