@@ -15,7 +15,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["tuner*", "cost_model*", "search*", "workloads*"]),
-    package_data={"workloads": ["suites/*.json"], "cost_model": ["pretrained/*"]},
+    package_data={"workloads": ["suites/*.json", "py.typed"], "cost_model": ["pretrained/*", "py.typed"],
+                  "search": ["py.typed"], "tuner": ["py.typed"]},
     install_requires=[
         # ffi 0.1.15 makes tvm.ir.save_json (and MetaSchedule's database) segfault: pin both.
         "apache-tvm==0.27.0.post1",

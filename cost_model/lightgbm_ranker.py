@@ -23,7 +23,8 @@ class LightGBMRanker:
     LightGBM query: a workload's records are cut into queries of that many rows or fewer."""
 
     def __init__(self, *, num_boost_round: int = 80, learning_rate: float = 0.1, num_leaves: int = 31,
-                 min_data_in_leaf: int = 5, query_rows: int = 128, seed: int = 0, init_model: InitModel = None) -> None:
+                 min_data_in_leaf: int = 5, query_rows: int = 128, seed: int = 0,
+                 init_model: InitModel = None) -> None:
         self.num_boost_round = num_boost_round
         self.learning_rate = learning_rate
         self.num_leaves = num_leaves

@@ -16,7 +16,8 @@ PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 # 0.773 and 0.796 for the online ranker's defaults, which stay small so that retraining stays cheap.
 # Then, on the same workloads and seeds 0-2, queries of whole workloads (up to 1,000 rows) rather
 # than of 128 rows: top-5 0.861 against 0.846, pairwise 0.776 both.
-PRETRAINED_PARAMS: dict[str, Any] = {"num_boost_round": 150, "num_leaves": 63, "min_data_in_leaf": 20, "query_rows": 1000}
+PRETRAINED_PARAMS: dict[str, Any] = {"num_boost_round": 150, "num_leaves": 63, "min_data_in_leaf": 20,
+                                     "query_rows": 1000}
 
 
 def fit_pretrained(dataset: Dataset) -> LightGBMRanker:

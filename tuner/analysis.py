@@ -6,14 +6,20 @@ so the same views are one call away in a script.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
 from search.records import RecordStore, is_ok, median_cost
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
 
-def trace_frame(records: str | RecordStore, workload: str | None = None):
+    from cost_model import LightGBMRanker
+
+
+def trace_frame(records: str | RecordStore, workload: str | None = None) -> pd.DataFrame:
     """One row per measured candidate in file order: trial, round, elapsed, latency, GFLOPS, best so far.
 
     Every record of the file counts, whatever machine measured it (the `target` column says which);
@@ -43,7 +49,7 @@ def trace_frame(records: str | RecordStore, workload: str | None = None):
     return frame
 
 
-def round_correlation_frame(trace):
+def round_correlation_frame(trace: pd.DataFrame) -> pd.DataFrame:
     """Per round: Spearman correlation of predicted score and measured GFLOPS (how the model sharpens)."""
     import pandas as pd
 
@@ -56,7 +62,7 @@ def round_correlation_frame(trace):
     return pd.DataFrame(rows, columns=["round", "candidates", "spearman"])
 
 
-def knob_frame(trace, top: int = 10):
+def knob_frame(trace: pd.DataFrame, top: int = 10) -> pd.DataFrame:
     """How often each knob value occurs among the `top` fastest candidates."""
     import pandas as pd
 
@@ -68,7 +74,7 @@ def knob_frame(trace, top: int = 10):
     return pd.DataFrame(rows).sort_values(["knob", "count"], ascending=[True, False], ignore_index=True)
 
 
-def importance_frame(model, top: int = 20):
+def importance_frame(model: LightGBMRanker, top: int = 20) -> pd.DataFrame:
     """The LightGBM ranker's features by total gain."""
     import pandas as pd
 
@@ -79,7 +85,7 @@ def importance_frame(model, top: int = 20):
     return pd.DataFrame({"feature": [FEATURE_NAMES[i] for i in order], "gain": gains[order]})
 
 
-def plot_convergence(runs: Mapping[str, object], by: str = "trial", ax=None):
+def plot_convergence(runs: Mapping[str, pd.DataFrame], by: str = "trial", ax: Axes | None = None) -> Axes:
     """Best-so-far GFLOPS of several traces, against trials or elapsed seconds."""
     import matplotlib.pyplot as plt
 
@@ -94,7 +100,7 @@ def plot_convergence(runs: Mapping[str, object], by: str = "trial", ax=None):
     return ax
 
 
-def plot_predicted_vs_measured(trace, ax=None):
+def plot_predicted_vs_measured(trace: pd.DataFrame, ax: Axes | None = None) -> Axes:
     """Predicted score against measured GFLOPS, one colour per round."""
     import matplotlib.pyplot as plt
 

@@ -10,6 +10,12 @@ import argparse
 import json
 import sys
 import warnings
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used: `autotune --help` must answer without loading TVM
+    from workloads import Workload
+
+    from .result import TuneResult
 
 SHAPE_PARAMS = {
     "matmul": ("M", "N", "K"),
@@ -37,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def run_options(p):
+    def run_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, or a TVM target as JSON")
         p.add_argument("--trials", type=int, default=64, help="measurements in all (default 64)")
         p.add_argument("--records", help="JSON-lines file to append to and resume from")
@@ -77,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _workload(args):
+def _workload(args: argparse.Namespace) -> Workload:
     from workloads import make
 
     names = SHAPE_PARAMS[args.op]
@@ -99,7 +105,7 @@ def _workload(args):
     return make(args.op, **params)
 
 
-def _target(text: str):
+def _target(text: str) -> Any:
     if text.strip().startswith("{"):
         try:
             return json.loads(text)
@@ -110,14 +116,14 @@ def _target(text: str):
     return text
 
 
-def _summary(result) -> dict:
+def _summary(result: TuneResult) -> dict[str, Any]:
     return {"workload": result.workload.key, "target": result.target.kind,
             "best_latency_s": result.best_latency if result.ok else None, "gflops": result.gflops,
             "trials": len(result.trace), "errors": result.errors,
-            "best_config": result.best_config.to_json() if result.ok else None}
+            "best_config": result.best_config.to_json() if result.best_config is not None else None}
 
 
-def _report(results: list, as_json: bool, extra: dict | None = None) -> int:
+def _report(results: list[TuneResult], as_json: bool, extra: dict[str, Any] | None = None) -> int:
     summaries = [_summary(r) for r in results]
     if as_json:
         print(json.dumps({**(extra or {}), "results": summaries}, indent=1))
@@ -135,7 +141,7 @@ def _report(results: list, as_json: bool, extra: dict | None = None) -> int:
     return 1 if failed else 0
 
 
-def _best(args) -> int:
+def _best(args: argparse.Namespace) -> int:
     from workloads import from_key
 
     from search.records import RecordStore, is_ok, median_cost
@@ -184,6 +190,7 @@ def run(argv: list[str] | None = None) -> int:
     if workload is not None:
         result = tuner.tune(workload, time_budget_s=args.time_budget, early_stopping=args.early_stopping, **options)
         return _report([result], args.json)
+    assert suite is not None  # the command is "suite"
     outcome = tuner.tune_suite(suite, **options)
     return _report(list(outcome.results.values()), args.json, {"weighted_latency_s": outcome.weighted_latency})
 

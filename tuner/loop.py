@@ -23,7 +23,7 @@ class GradientScheduler:
     expected to drop most, weight x latency x its recent relative gain per batch (Ansor's gradient
     idea), with a floor so that no session is starved."""
 
-    def __init__(self, weights: Sequence[float]):
+    def __init__(self, weights: Sequence[float]) -> None:
         self.weights = list(weights)
         self.history: list[list[float]] = [[] for _ in self.weights]
 

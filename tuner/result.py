@@ -34,7 +34,7 @@ class Kernel:
     """A compiled program: `kernel(*inputs)` returns the output (numpy in, numpy out; torch in,
     torch out, shared through DLPack without copies)."""
 
-    def __init__(self, workload: Workload, target: Any, config: Config):
+    def __init__(self, workload: Workload, target: Any, config: Config) -> None:
         import tvm
 
         self.workload, self.config = workload, config
@@ -95,7 +95,7 @@ class TuneResult:
         return self.workload.flops / self.best_latency / 1e9 if self.ok else 0.0
 
     def compile(self) -> Kernel:
-        if not self.ok:
+        if self.best_config is None:  # not self.ok
             raise RuntimeError(f"no successful measurement of {self.workload.key}: nothing to compile")
         return Kernel(self.workload, self.target, self.best_config)
 

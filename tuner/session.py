@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from cost_model import CostModel, DraftThenVerify, FeatureExtractor, TrainingData, make_model
+from cost_model.scoring import Extractor
 from search import Config, TargetInfo, template_for
 from search.records import ErrorKind, MeasureResult, RecordError, RecordStore, make_record, median_cost
 from search.restricted import RestrictedSpace
@@ -36,7 +37,7 @@ class Session:
                  model: str | CostModel = "lightgbm", pretrained: bool = True,
                  records: str | RecordStore | None = None, seed: int = 0, draft: bool = True,
                  exploration: float = 0.1, training: TrainingData | None = None, shared_records: bool = False,
-                 candidates: Sequence[Config] | None = None, extractor: Any = None):
+                 candidates: Sequence[Config] | None = None, extractor: Extractor | None = None) -> None:
         if not isinstance(workload, Workload):
             raise TypeError(f"workload must be a workloads.Workload, got {type(workload).__name__}")
         if not 0 <= exploration <= 1:
@@ -108,7 +109,7 @@ class Session:
         chosen = self.strategy.propose(self.template.space, self.scorer, self.rng, n - explore,
                                        seeds=seeds, exclude=exclude)
         chosen += self.template.space.sample(self.rng, n - len(chosen), exclude=exclude | set(chosen))
-        predicted = self.scorer(chosen) if chosen else []
+        predicted: np.ndarray | list[float] = self.scorer(chosen) if chosen else []
         self._predicted.update(zip(chosen, map(float, predicted)))
         return chosen
 

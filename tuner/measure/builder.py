@@ -72,7 +72,7 @@ class LocalBuilder:
     """
 
     def __init__(self, *, workers: int | None = None, timeout_s: float = 30.0,
-                 build_fn: Callable[[tasks.BuildTask], str] = tasks.build):
+                 build_fn: Callable[[tasks.BuildTask], str] = tasks.build) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.workers = workers or len(os.sched_getaffinity(0))

@@ -37,7 +37,7 @@ class Harness:
     """Builds candidates in parallel, isolated workers, then checks and times them with a runner
     (local CPU/GPU or TVM RPC)."""
 
-    def __init__(self, builder: LocalBuilder, runner: Runner):
+    def __init__(self, builder: LocalBuilder, runner: Runner) -> None:
         self.builder, self.runner = builder, runner
 
     @classmethod

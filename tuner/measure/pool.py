@@ -18,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import IO, Any, Callable, Sequence, cast
 
 from search.records.result import shorten
 from .worker import read_message, write_message
@@ -52,7 +52,7 @@ class _Worker:
     """A `python -m tuner.measure.worker` child; a subprocess, not multiprocessing, so that no script
     is re-imported in the child and pools work from scripts, notebooks and tests alike."""
 
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str]) -> None:
         # Nameless (unlinked at once): the log goes away with the last process holding it, even
         # when this one is SIGKILLed, so no run leaves files behind in the temp folder.
         self.log = tempfile.TemporaryFile(prefix="autotune-worker-", suffix=".log")
@@ -62,6 +62,9 @@ class _Worker:
         child_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [PACKAGE_ROOT, *sys.path])))
         self.process = subprocess.Popen([sys.executable, "-m", "tuner.measure.worker"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.log, env=child_env)
+        assert self.process.stdin is not None and self.process.stdout is not None  # both are pipes
+        self.stdin: IO[bytes] = self.process.stdin  # tasks go in
+        self.stdout: IO[bytes] = self.process.stdout  # replies come out
         self.task_index: int | None = None
         self.started = 0.0
         self.log_offset = 0
@@ -71,20 +74,20 @@ class _Worker:
         """Block until the worker has imported its modules; a worker that cannot start is an error."""
         if self.ready:
             return
-        readable, _, _ = select.select([self.process.stdout], [], [], STARTUP_TIMEOUT_S)
+        readable, _, _ = select.select([self.stdout], [], [], STARTUP_TIMEOUT_S)
         status, _ = self.receive() if readable else ("timeout", None)
         if status != "ready":
             raise RuntimeError(f"a worker process failed to start ({status}): {self.log_tail()[-2000:]}")
         self.ready = True
 
-    def give(self, index: int, function: Callable, payload: Any) -> None:
+    def give(self, index: int, function: Callable[[Any], Any], payload: Any) -> None:
         self.log_offset = os.fstat(self.log.fileno()).st_size
-        write_message(self.process.stdin, (function, payload))
+        write_message(self.stdin, (function, payload))
         self.task_index, self.started = index, time.monotonic()
 
     def receive(self) -> tuple[str, Any]:
         try:
-            return read_message(self.process.stdout)
+            return read_message(self.stdout)
         except (EOFError, OSError, pickle.UnpicklingError):
             return "crash", None
 
@@ -96,7 +99,7 @@ class _Worker:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait(timeout=5)
-        for stream in (self.process.stdin, self.process.stdout):
+        for stream in (self.stdin, self.stdout):
             try:
                 stream.close()
             except OSError:
@@ -106,7 +109,7 @@ class _Worker:
     def ask_to_stop(self) -> None:
         """Tell an idle worker to exit; `kill` after waits for it (so many exit at once)."""
         try:
-            write_message(self.process.stdin, None)
+            write_message(self.stdin, None)
         except OSError:
             pass
 
@@ -125,7 +128,7 @@ class WorkerPool:
     the cores the user has. Use as a context manager, or call `close()`.
     """
 
-    def __init__(self, workers: int, *, env: dict[str, str] | None = None):
+    def __init__(self, workers: int, *, env: dict[str, str] | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.env = dict(env or {})
@@ -161,12 +164,12 @@ class WorkerPool:
                 worker.give(index, function, payloads[index])
                 busy.append(worker)
             deadline = min(w.started + timeout_s for w in busy)
-            readable, _, _ = select.select([w.process.stdout for w in busy], [], [],
+            readable, _, _ = select.select([w.stdout for w in busy], [], [],
                                            max(0.0, deadline - time.monotonic()))
             now = time.monotonic()
             for worker in list(busy):
                 elapsed = now - worker.started
-                if worker.process.stdout in readable:
+                if worker.stdout in readable:
                     status, value = worker.receive()
                     if status == "ok":
                         outcome = TaskOutcome(value=value, seconds=elapsed)
@@ -183,9 +186,11 @@ class WorkerPool:
                         f"killed after {timeout_s:g} s\n{worker.log_tail()}"))
                 else:
                     continue
-                outcomes[worker.task_index] = outcome
+                task = worker.task_index
+                assert task is not None  # a busy worker holds a task
+                outcomes[task] = outcome
                 if on_done is not None:
-                    on_done(worker.task_index, outcome)
+                    on_done(task, outcome)
                 busy.remove(worker)
                 if outcome.failure in ("crash", "timeout"):
                     worker.kill()
@@ -194,7 +199,7 @@ class WorkerPool:
                     self._workers.append(worker)
                 worker.task_index = None
                 idle.append(worker)
-        return outcomes  # type: ignore[return-value]
+        return cast("list[TaskOutcome]", outcomes)  # all filled: the loop ends when none is pending or busy
 
     def close(self) -> None:
         """Stop every worker, all at once (each takes a while to exit once TVM is loaded); one still
@@ -212,10 +217,10 @@ class WorkerPool:
     def __enter__(self) -> "WorkerPool":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:

@@ -20,7 +20,7 @@ DEFAULT_MEASURE_S = 1.0  # assumed per candidate when a record does not say how 
 class ReplayMeasurer:
     """A `Measurer` over recorded results; a config never recorded is a run_error."""
 
-    def __init__(self, records: str | RecordStore):
+    def __init__(self, records: str | RecordStore) -> None:
         store = records if isinstance(records, RecordStore) else RecordStore(records)
         self._results: dict[tuple[str, str], MeasureResult] = {}
         self._configs: dict[str, list[Config]] = {}

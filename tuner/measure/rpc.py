@@ -6,10 +6,12 @@ server reachable from the network is a remote code execution service; loopback i
 
 from __future__ import annotations
 
+from typing import Any
+
 LOOPBACK = "127.0.0.1"
 
 
-def start_tracker(host: str = LOOPBACK, port: int = 19190, port_end: int = 19290):
+def start_tracker(host: str = LOOPBACK, port: int = 19190, port_end: int = 19290) -> Any:
     """A `tvm.rpc.tracker.Tracker` (needs `tornado`); call `.terminate()` when done."""
     from tvm.rpc.tracker import Tracker
 
@@ -17,7 +19,7 @@ def start_tracker(host: str = LOOPBACK, port: int = 19190, port_end: int = 19290
 
 
 def start_server(tracker_port: int, key: str, *, host: str = LOOPBACK, tracker_host: str = LOOPBACK,
-                 port: int = 19300, port_end: int = 19400):
+                 port: int = 19300, port_end: int = 19400) -> Any:
     """A `tvm.rpc.server.Server` registered with the tracker under `key`; `.terminate()` stops it."""
     from tvm.rpc.server import Server
 

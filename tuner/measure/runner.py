@@ -32,9 +32,9 @@ class Runner:
     repeats by default; the correctness run before it is the warm-up.
     """
 
-    def __init__(self, device: tuple, *, threads: int | None = None, number: int = 1, repeat: int = 3,
+    def __init__(self, device: tuple[Any, ...], *, threads: int | None = None, number: int = 1, repeat: int = 3,
                  min_repeat_ms: int = 20, flush_cache: bool = True, timeout_s: float = 20.0, workers: int = 1,
-                 run_fn: Callable[[tasks.RunTask], dict] = tasks.run):
+                 run_fn: Callable[[tasks.RunTask], dict[str, Any]] = tasks.run) -> None:
         for name, value in (("number", number), ("repeat", repeat), ("workers", workers)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -62,7 +62,7 @@ class Runner:
 class LocalRunner(Runner):
     """Times on this machine's CPU (`llvm`) or its GPU (`cuda`), on all the user's cores."""
 
-    def __init__(self, device_type: str = "cpu", **options):
+    def __init__(self, device_type: str = "cpu", **options: Any) -> None:
         if device_type not in ("cpu", "cuda"):
             raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
         super().__init__(("local", device_type), **options)
@@ -72,5 +72,5 @@ class RPCRunner(Runner):
     """Times on devices registered with a TVM RPC tracker under `key`; one worker per device."""
 
     def __init__(self, tracker_host: str, tracker_port: int, key: str, *, session_timeout_s: int = 60,
-                 **options):
+                 **options: Any) -> None:
         super().__init__(("rpc", tracker_host, int(tracker_port), key, session_timeout_s), **options)

@@ -31,7 +31,7 @@ class RunTask:
     workload: Workload
     target: TargetInfo
     library: str  # path of the exported library
-    device: tuple  # ("local", "cpu"|"cuda") or ("rpc", host, port, key, session_timeout)
+    device: tuple[Any, ...]  # ("local", "cpu"|"cuda") or ("rpc", host, port, key, session_timeout)
     number: int
     repeat: int
     min_repeat_ms: int
@@ -66,7 +66,7 @@ def checked_inputs(workload: Workload, seed: int) -> tuple[list[np.ndarray], np.
     return inputs, workload.reference(*inputs)
 
 
-def open_device(spec: tuple, device_type: str) -> tuple[Any, Callable[[str], Any]]:
+def open_device(spec: tuple[Any, ...], device_type: str) -> tuple[Any, Callable[[str], Any]]:
     """The device to run on and a function that loads a library onto it (local or over RPC)."""
     import tvm
 

@@ -15,11 +15,12 @@ import signal
 import struct
 import sys
 import traceback
+from typing import IO, Any
 
 HEADER = struct.Struct("<Q")
 
 
-def read_message(stream):
+def read_message(stream: IO[bytes]) -> Any:
     header = stream.read(HEADER.size)
     if len(header) < HEADER.size:
         raise EOFError
@@ -30,7 +31,7 @@ def read_message(stream):
     return pickle.loads(data)
 
 
-def write_message(stream, message) -> None:
+def write_message(stream: IO[bytes], message: Any) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(HEADER.pack(len(data)) + data)
     stream.flush()
