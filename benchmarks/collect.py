@@ -1,17 +1,16 @@
 """Measure random candidates of suite layers on this CPU into a record file (resumable).
 
 The records train and test the shipped cost model and serve the replay benchmarks:
-    python benchmarks/collect.py --per-workload 250 --records cost_model/data/cpu_random.jsonl
-    python benchmarks/collect.py --set dense --per-workload 1000 --records cost_model/data/cpu_dense.jsonl
-    python benchmarks/collect.py --set transfer --per-workload 300 --seed 1 --records cost_model/data/cpu_transfer.jsonl
-    python benchmarks/collect.py --set other-host --per-workload 300 --seed 2 --records cost_model/data/cpu_other_host.jsonl
+    python -m benchmarks.collect --per-workload 250 --records cost_model/data/cpu_random.jsonl
+    python -m benchmarks.collect --set dense --per-workload 1000 --records cost_model/data/cpu_dense.jsonl
+    python -m benchmarks.collect --set transfer --per-workload 300 --seed 1 --records cost_model/data/cpu_transfer.jsonl
+    python -m benchmarks.collect --set other-host --per-workload 300 --seed 2 --records cost_model/data/cpu_other_host.jsonl
 Interrupt it at any time; run it again to continue where it stopped.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections import Counter
 
 import numpy as np
@@ -86,7 +85,8 @@ WORKLOAD_SETS = {"random": DATASET_WORKLOADS, "dense": DENSE_WORKLOADS, "transfe
                  "other-host": OTHER_HOST_WORKLOADS}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default="cost_model/data/cpu_random.jsonl")
     parser.add_argument("--per-workload", type=int, default=250)
@@ -99,35 +99,39 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=1,
                         help="timings per config, each pass over all configs in a new order (a noisy host "
                              "only slows kernels down: the dataset keeps each config's fastest)")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def main() -> None:
+    """Measures new random configs of each workload, then re-times them in further passes."""
+    args = parse_args()
     keys = args.workloads or list(WORKLOAD_SETS[args.set])
 
     from tqdm.auto import tqdm
 
-    from search import Config, template_for, target_key
-    from tuner import Measurer, RecordStore
-    from tuner.records import make_record
+    from search import Config, resolve_target, template_for
+    from search.records import RecordStore, make_record
+    from tuner import Harness
     from workloads import from_key
 
     store = RecordStore(args.records)
-    templates = {key: template_for(from_key(key), "llvm") for key in keys}
-    counts = {key: Counter(Config.from_json(r["config"]) for r in store.select(key, target_key(t.target)))
-              for key, t in templates.items()}
+    target = resolve_target("llvm")
+    templates = {key: template_for(from_key(key), target) for key in keys}
+    counts = {key: Counter(Config.from_json(r["config"]) for r in store.select(key, target.key)) for key in keys}
     rngs = {key: np.random.default_rng([args.seed, index, len(counts[key])]) for index, key in enumerate(keys)}
     wanted = {key: max(0, args.per_workload - len(counts[key])) for key in keys}
     timings_left = sum(wanted.values()) * args.passes + sum(
         max(0, args.passes - n) for c in counts.values() for n in c.values())
     bar = tqdm(total=timings_left, unit="config")
 
-    def measure(key: str, configs: list, measurer) -> None:
-        template, tkey = templates[key], target_key(templates[key].target)
-        measurer.measure(key, str(template.target), configs, on_result=lambda i, r: store.append(
-            make_record(key, tkey, configs[i].to_json(), r, source="random")))
+    def measure(key: str, configs: list, measurer: Harness) -> None:
+        template = templates[key]
+        measurer.measure(template.workload, target, configs, on_result=lambda i, r: store.append(
+            make_record(key, target.key, configs[i].to_json(), r, source="random")))
         counts[key].update(configs)
         bar.update(len(configs))
 
-    with Measurer.local("llvm", repeat=3, min_repeat_ms=10) as measurer:
+    with Harness.local(target, repeat=3, min_repeat_ms=10) as measurer:
         # a batch of each workload in turn, so that an interrupted run leaves them equally far along
         while any(wanted.values()):
             for key in [k for k in keys if wanted[k]]:
@@ -147,5 +151,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
     main()

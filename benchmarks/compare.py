@@ -1,8 +1,8 @@
 """This tuner against MetaSchedule and the vendor libraries, on the same workloads, in one run.
 
-    python benchmarks/compare.py                      # the mixed dozen on this CPU, 256 trials
-    python benchmarks/compare.py --resume             # after an interruption: only the missing rows
-    python benchmarks/compare.py --target cuda --trials 64 --workloads "matmul(M=1024,N=1024,K=1024,float32)"
+    python -m benchmarks.compare                      # the mixed dozen on this CPU, 256 trials
+    python -m benchmarks.compare --resume             # after an interruption: only the missing rows
+    python -m benchmarks.compare --target cuda --trials 64 --workloads "matmul(M=1024,N=1024,K=1024,float32)"
 
 For each workload and trial budget the two tuners run one after the other, their order swapped
 from one workload to the next (so that a drift of the machine hits both alike); then both best
@@ -15,35 +15,30 @@ workload.
 
 from __future__ import annotations
 
-import os
-
-CORES = len(os.sched_getaffinity(0))
-os.environ.setdefault("TVM_NUM_THREADS", str(CORES))  # before the first `import tvm`
-
 import argparse
-import datetime
+import functools
 import json
 import math
-import platform
-import statistics
 import sys
-import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from benchmarks.common import (BUILDER_TIMEOUT_S, RESULTS, Quiet, Timer, Timing, TimingProtocol, command, fmt,
+                               machine, today, tune_metaschedule, vendor_sides, versions, write_report)
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
-# MetaSchedule's build workers unpickle `fast_build` by module name: let them import this file
-os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "benchmarks"), os.environ.get("PYTHONPATH", "")])
-
-import vendor  # noqa: E402  (benchmarks/vendor.py)
-from quiet import CpuWatch, wait_quiet  # noqa: E402  (benchmarks/quiet.py)
+if TYPE_CHECKING:
+    from search import Config, TargetInfo
+    from search.records import MeasureResult
+    from tuner import Measurer
+    from tuner.measure import OnResult
+    from workloads import Workload
 
 QUIET_CORES = 0.25  # other processes' core use above which a timing counts as disturbed
 QUIET_WAIT_S = 60.0  # longest wait for a quiet CPU before each timing
+TIMING = TimingProtocol(number=1, repeat=10, min_ms=20)
 
 MIXED_DOZEN = (
     "matmul(M=512,N=512,K=512,float32)",
@@ -65,164 +60,57 @@ MIXED_DOZEN = (
 class Run:
     """One tuner's run: its best program, wall time, and best-so-far curve."""
 
-    module: object  # runtime module of the best kernel
+    module: Any  # runtime module of the best kernel
     tune_s: float
     curve: list[tuple[float, float]] = field(default_factory=list)  # (seconds, best GFLOPS) per trial
     measure_s: float | None = None  # seconds spent building and running candidates (ours only)
     best_config: dict | None = None  # ours only
 
 
-def fast_build(mod, target, _params):
-    """MetaSchedule's default build minus its slow `import tvm.s_tir.tensor_intrin`."""
-    import tvm
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    return tvm.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+Tuner = Callable[["Workload", "TargetInfo", int, int], Run]  # (workload, target, trials, seed) -> Run
 
 
 class TimedMeasurer:
-    """A `Measurer` that adds up the seconds its batches take: building and running, harness
-    included; the rest of a tuning run's wall time is search (proposing, features, training)."""
+    """A `tuner.Measurer` that adds up the seconds its batches take, building and running with the
+    harness; the rest of a tuning run's wall time is search (proposing, features, training)."""
 
-    def __init__(self, measurer):
+    def __init__(self, measurer: Measurer) -> None:
         self.measurer, self.seconds = measurer, 0.0
 
-    def measure(self, *args, **kwargs):
+    def measure(self, workload: Workload, target: TargetInfo, configs: Sequence[Config],
+                on_result: OnResult | None = None) -> list[MeasureResult]:
+        """The wrapped measurer's results, its seconds counted."""
         started = time.monotonic()
         try:
-            return self.measurer.measure(*args, **kwargs)
+            return self.measurer.measure(workload, target, configs, on_result)
         finally:
             self.seconds += time.monotonic() - started
 
     def close(self) -> None:
+        """Closes the wrapped measurer."""
         self.measurer.close()
 
 
-def run_ours(workload, target, trials: int, seed: int) -> Run:
+def run_ours(workload: Workload, target: TargetInfo, trials: int, seed: int) -> Run:
+    """This tuner's run, with the share of it spent measuring."""
     import tuner
 
-    measurer = TimedMeasurer(tuner.Measurer.local(target.kind.name))
+    measurer = TimedMeasurer(tuner.Harness.local(target))
     started = time.monotonic()
     try:
         result = tuner.tune(workload, target, trials=trials, seed=seed, progress=False, measurer=measurer)
     finally:
         measurer.close()
     wall = time.monotonic() - started
-    trace = result.trace
-    curve = list(zip(trace["elapsed_s"].astype(float), trace["best_gflops"].astype(float)))
+    curve = list(zip(result.trace["elapsed_s"].astype(float), result.trace["best_gflops"].astype(float)))
     return Run(result.compile().executable.mod, wall, curve, measurer.seconds, result.best_config.to_json())
 
 
-def run_metaschedule(workload, target, trials: int, seed: int) -> Run:
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.ir.utils import derived_object
-
-    started = time.monotonic()
-    curve: list[tuple[float, float]] = []
-    best = [math.inf]
-
-    @derived_object
-    class Curve(ms.measure_callback.PyMeasureCallback):
-        """Best-so-far GFLOPS after each measured candidate, stamped with the tuning seconds."""
-
-        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-            now = time.monotonic() - started
-            for result in runner_results:
-                if result.error_msg is None and result.run_secs:
-                    best[0] = min(best[0], float(np.median([float(s) for s in result.run_secs])))
-                curve.append((now, workload.flops / best[0] / 1e9 if math.isfinite(best[0]) else 0.0))
-
-    mod = tvm.IRModule({"main": workload.prim_func()})
-    cuda = target.kind.name == "cuda"
-    evaluator = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=20, enable_cpu_cache_flush=not cuda)
-    with tempfile.TemporaryDirectory() as work_dir:
-        database = ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=min(64, trials),
-                               builder=ms.builder.LocalBuilder(f_build=None if cuda else fast_build),
-                               runner=ms.runner.LocalRunner(evaluator_config=evaluator),
-                               measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), Curve()],
-                               seed=seed, num_tuning_cores=CORES)
-        sch = ms.tir_integration.compile_tir(database, mod, target)
-    wall = time.monotonic() - started
-    return Run(tvm.compile(sch.mod, target=target).mod, wall, curve)
-
-
-class Timer:
-    """Times every side with one protocol: `repeat` means of >= `min_ms` each, the median kept."""
-
-    def __init__(self, workload, device: str, repeat: int = 10, min_ms: int = 20):
-        import tvm
-
-        self.workload, self.repeat, self.min_ms = workload, repeat, min_ms
-        self.cuda = device == "cuda"
-        self.device = tvm.cuda(0) if self.cuda else tvm.cpu(0)
-        self.inputs = workload.random_inputs(0)
-        self.args = [tvm.runtime.tensor(x, self.device) for x in self.inputs]
-        self.args += [tvm.runtime.empty(s, workload.dtype, self.device) for s in workload.output_shapes]
-
-    def tvm(self, module) -> float:
-        """Checked against the reference, then timed (CPU cache flushed between repeats)."""
-        module["main"](*self.args)
-        rtol, atol = self.workload.tolerance
-        if not np.allclose(self.args[-1].numpy(), self.workload.reference(*self.inputs), rtol=rtol, atol=atol):
-            raise AssertionError(f"{self.workload.key}: a tuned kernel gives a wrong result")
-        evaluator = module.time_evaluator("main", self.device, number=1, repeat=self.repeat, min_repeat_ms=self.min_ms,
-                                          f_preproc="" if self.cuda else "cache_flush_cpu_non_first_arg")
-        return float(evaluator(*self.args).median)
-
-    def python(self, fn, sync=lambda: None) -> float:
-        """A callable timed in a loop (warm caches: the libraries' best case)."""
-        for _ in range(3):
-            fn()
-        sync()
-        started = time.perf_counter()
-        fn()
-        sync()
-        single = max(time.perf_counter() - started, 1e-7)
-        number = max(1, math.ceil(self.min_ms / 1e3 / single))
-        means = []
-        for _ in range(self.repeat):
-            started = time.perf_counter()
-            for _ in range(number):
-                fn()
-            sync()
-            means.append((time.perf_counter() - started) / number)
-        return statistics.median(means)
-
-
-def vendor_sides(workload, timer: Timer) -> dict:
-    """{'torch': fn, 'numpy': fn}: the vendor versions that match the reference, ready to time."""
-    import torch
-
-    torch.set_num_threads(CORES)
-    device = "cuda" if timer.cuda else "cpu"
-    sync = torch.cuda.synchronize if timer.cuda else (lambda: None)
-    sides = {}
-    with torch.no_grad():
-        fn = vendor.torch_fn(workload, timer.inputs, device)
-        if vendor.checked(workload, timer.inputs, fn, to_numpy=lambda t: t.cpu().numpy()):
-            sides["torch"] = lambda: timer.python(fn, sync)
-    numpy_fn = None if timer.cuda else vendor.numpy_fn(workload, timer.inputs)
-    if numpy_fn is not None and vendor.checked(workload, timer.inputs, numpy_fn):
-        sides["numpy"] = lambda: timer.python(numpy_fn)
-    return sides
-
-
-def head_to_head(sides: dict, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Each side timed once per round, in turn, after waiting for a quiet CPU; per side, the
-    fastest of its least disturbed rounds, and the other processes' core use during it."""
-    import torch
-
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
-    with torch.no_grad():
-        for _ in range(rounds):
-            for name, timed in sides.items():
-                wait_quiet(QUIET_CORES, QUIET_WAIT_S)
-                with CpuWatch() as watch:
-                    seconds = timed()
-                times[name].append((round(watch.other, 2), seconds))
-    kept = {name: min(values, key=lambda v: (v[0] >= QUIET_CORES, v[1])) for name, values in times.items()}
-    return {name: v[1] for name, v in kept.items()}, {name: v[0] for name, v in kept.items()}
+def run_metaschedule(workload: Workload, target: TargetInfo, trials: int, seed: int,
+                     builder_timeout_s: float) -> Run:
+    """MetaSchedule's run with its runner timing as ours does (1 call x 3 repeats, >= 20 ms each)."""
+    run = tune_metaschedule(workload, target, trials, seed=seed, builder_timeout_s=builder_timeout_s)
+    return Run(run.module, run.seconds, run.curve)
 
 
 def reach(curve: list[tuple[float, float]], gflops: float) -> tuple[int | None, float | None]:
@@ -233,17 +121,28 @@ def reach(curve: list[tuple[float, float]], gflops: float) -> tuple[int | None, 
     return None, None
 
 
-def compare(workload, target, trials: int, seed: int, ours_first: bool, rounds: int,
-            metaschedule: bool = True) -> dict:
-    order = [("ours", run_ours), ("metaschedule", run_metaschedule)][: 2 if metaschedule else 1]
-    runs = {}
-    for name, run in order if ours_first else order[::-1]:
-        print(f"  {name}: tuning {trials} trials", flush=True)
-        runs[name] = run(workload, target, trials, seed)
-    timer = Timer(workload, target.kind.name)
+def retime(workload: Workload, target: TargetInfo, runs: dict[str, Run], rounds: int) -> dict[str, Timing]:
+    """Every side's (seconds, other processes' load) re-timed here head to head, the tuned kernels
+    checked against the reference first."""
+    timer = Timer(workload, target.device_type, TIMING)
+    for name, run in runs.items():
+        if not timer.check(run.module):
+            raise AssertionError(f"{workload.key}: the kernel {name} tuned gives a wrong result")
     sides = {name: (lambda module=run.module: timer.tvm(module)) for name, run in runs.items()}
-    sides.update(vendor_sides(workload, timer))
-    latency, disturbance = head_to_head(sides, rounds)
+    sides.update(vendor_sides(timer))
+    quiet = Quiet(cores=QUIET_CORES, wait_s=QUIET_WAIT_S)
+    return {name: quiet.kept(timings) for name, timings in quiet.head_to_head(sides, rounds).items()}
+
+
+def compare(workload: Workload, target: TargetInfo, trials: int, seed: int, tuners: list[tuple[str, Tuner]],
+            rounds: int) -> dict:
+    """A report row: the tuners run in the given order, then every side re-timed."""
+    runs = {}
+    for name, tune in tuners:
+        print(f"  {name}: tuning {trials} trials", flush=True)
+        runs[name] = tune(workload, target, trials, seed)
+    timings = retime(workload, target, runs, rounds)
+    latency = {name: seconds for name, (seconds, _) in timings.items()}
     ours, ms = runs["ours"], runs.get("metaschedule")
     trials_to, seconds_to = reach(ours.curve, max(g for _, g in ms.curve)) if ms and ms.curve else (None, None)
     return {
@@ -254,40 +153,34 @@ def compare(workload, target, trials: int, seed: int, ours_first: bool, rounds: 
         "ours_measure_s": ours.measure_s, "ours_search_overhead": max(0.0, 1 - ours.measure_s / ours.tune_s),
         "ours_trials_to_metaschedule_best": trials_to, "ours_seconds_to_metaschedule_best": seconds_to,
         "ours_best_config": ours.best_config,
-        "other_load": disturbance,  # cores other processes used while each side was timed
+        "other_load": {name: round(load, 2) for name, (_, load) in timings.items()},  # cores others used meanwhile
         "ours_curve": ours.curve, "metaschedule_curve": ms.curve if ms else [],
     }
 
 
-def versions() -> dict:
-    import importlib.metadata as md
-
-    names = ("apache-tvm", "apache-tvm-ffi", "torch", "numpy", "lightgbm", "xgboost")
-    return {"python": platform.python_version(), **{n: md.version(n) for n in names}}
-
-
-def machine(target) -> dict:
-    import torch
-
-    info = {"cpu": platform.processor() or platform.machine(), "cores": CORES, "target": str(target),
-            "tvm_threads": int(os.environ["TVM_NUM_THREADS"]), "torch_threads": torch.get_num_threads()}
-    if Path("/proc/cpuinfo").exists():
-        names = [l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                 if l.startswith("model name")]
-        info["cpu"] = names[0] if names else info["cpu"]
-    if target.kind.name == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
-
-
 def gflops(row: dict, side: str) -> float | None:
+    """A side's GFLOPS in a report row; None if it was not timed."""
     latency = row.get(f"{side}_latency_s")
     return row["flops"] / latency / 1e9 if latency else None
 
 
+def table_row(r: dict) -> str:
+    """A report row as a line of the Markdown table."""
+    g = {side: gflops(r, side) for side in ("ours", "metaschedule", "torch", "numpy")}
+    to = "-" if r["ours_trials_to_metaschedule_best"] is None else \
+        f"{r['ours_trials_to_metaschedule_best']} / {r['ours_seconds_to_metaschedule_best']:.0f} s"
+    return (f"| {r['workload']} | {r['trials']} | {fmt(g['ours'])} | {fmt(g['metaschedule'])} | "
+            f"{fmt(g['torch'])} | {fmt(g['numpy'])} | "
+            f"{fmt(g['ours'] / g['metaschedule'] if g['metaschedule'] else None, 2)}x | "
+            f"{fmt(g['ours'] / g['torch'] if g['torch'] else None, 2)} | {r['ours_tune_s']:.0f} | "
+            f"{fmt(r['metaschedule_tune_s'], 0)} | {to} | {r['ours_search_overhead']:.0%} |")
+
+
 def markdown(report: dict) -> str:
+    """The report as Markdown: how it was made, the table, a summary and the disturbed timings."""
     rows = report["rows"]
-    lines = [f"# This tuner against MetaSchedule and vendor libraries ({report['date']}, {report['machine']['target']})",
+    title = f"This tuner against MetaSchedule and vendor libraries ({report['date']}, {report['machine']['target']})"
+    lines = [f"# {title}",
              "", f"Command: `{report['command']}`", "",
              f"Machine: {json.dumps(report['machine'])}", "", f"Versions: {json.dumps(report['versions'])}", "",
              "GFLOPS after re-timing every side in the same process, alternating rounds, each after waiting "
@@ -298,16 +191,7 @@ def markdown(report: dict) -> str:
              "| workload | trials | ours | MetaSchedule | torch | numpy | vs MS | of torch | ours tune s | MS tune s "
              "| to MS best | search overhead |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        g = {side: gflops(r, side) for side in ("ours", "metaschedule", "torch", "numpy")}
-        fmt = lambda x, d=1: "-" if x is None else f"{x:.{d}f}"  # noqa: E731
-        to = "-" if r["ours_trials_to_metaschedule_best"] is None else \
-            f"{r['ours_trials_to_metaschedule_best']} / {r['ours_seconds_to_metaschedule_best']:.0f} s"
-        lines.append(f"| {r['workload']} | {r['trials']} | {fmt(g['ours'])} | {fmt(g['metaschedule'])} | "
-                     f"{fmt(g['torch'])} | {fmt(g['numpy'])} | "
-                     f"{fmt(g['ours'] / g['metaschedule'] if g['metaschedule'] else None, 2)}x | "
-                     f"{fmt(g['ours'] / g['torch'] if g['torch'] else None, 2)} | {r['ours_tune_s']:.0f} | "
-                     f"{fmt(r['metaschedule_tune_s'], 0)} | {to} | {r['ours_search_overhead']:.0%} |")
+    lines += [table_row(r) for r in rows]
     disturbed = [f"{r['workload']} @{r['trials']}: {side} ({load} cores)" for r in rows
                  for side, load in r.get("other_load", {}).items() if load >= QUIET_CORES]
     lines += ["", summary(rows), "", "Re-timings still disturbed by other processes: "
@@ -316,6 +200,7 @@ def markdown(report: dict) -> str:
 
 
 def summary(rows: list[dict]) -> str:
+    """Per trial budget: on how many workloads ours is no slower than MetaSchedule, and the geomean."""
     parts = []
     for trials in sorted({r["trials"] for r in rows}):
         subset = [r for r in rows if r["trials"] == trials and r["metaschedule_latency_s"]]
@@ -340,8 +225,8 @@ def plot(report: dict, out: Path) -> list[Path]:
     paths = []
     for axis, column, label in (("trials", None, "trials"), ("seconds", 0, "tuning seconds")):
         cols = min(4, len(rows))
-        fig, axes = plt.subplots(math.ceil(len(rows) / cols), cols, figsize=(4.2 * cols, 3.2 * math.ceil(len(rows) / cols)),
-                                 squeeze=False)
+        grid_rows = math.ceil(len(rows) / cols)
+        fig, axes = plt.subplots(grid_rows, cols, figsize=(4.2 * cols, 3.2 * grid_rows), squeeze=False)
         for ax, row in zip(axes.flat, rows):
             for side, style in (("ours", "-"), ("metaschedule", "--")):
                 curve = row[f"{side}_curve"]
@@ -364,7 +249,9 @@ def plot(report: dict, out: Path) -> list[Path]:
     return paths
 
 
-def main(argv: list[str] | None = None, workloads_default=MIXED_DOZEN, trials_default=(256,), name: str = "") -> int:
+def parse_args(argv: list[str] | None, workloads_default: Sequence[str],
+               trials_default: Sequence[int]) -> argparse.Namespace:
+    """The command line, with the defaults of the script that runs this one."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="llvm", help="llvm (this CPU) or cuda")
     parser.add_argument("--workloads", nargs="+", default=list(workloads_default), help="workload keys")
@@ -372,37 +259,55 @@ def main(argv: list[str] | None = None, workloads_default=MIXED_DOZEN, trials_de
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3, help="alternating re-timing rounds")
     parser.add_argument("--no-metaschedule", action="store_true", help="this tuner and the vendor libraries only")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--ms-builder-timeout", type=float, default=BUILDER_TIMEOUT_S,
+                        help="seconds MetaSchedule's builder may take per candidate")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows today's JSON already holds and run only the missing ones")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def tuners(args: argparse.Namespace) -> list[tuple[str, Tuner]]:
+    """The tuners the command line asks for, ours first."""
+    chosen: list[tuple[str, Tuner]] = [("ours", run_ours)]
+    if not args.no_metaschedule:
+        chosen.append(("metaschedule", functools.partial(run_metaschedule, builder_timeout_s=args.ms_builder_timeout)))
+    return chosen
+
+
+def start_report(out: Path, target: TargetInfo, resume: bool) -> dict:
+    """A fresh report, holding the rows of today's earlier run if `resume`."""
+    report = {"date": today(), "command": command(), "machine": machine(target), "versions": versions(), "rows": []}
+    if resume and out.with_suffix(".json").exists():
+        report["rows"] = json.loads(out.with_suffix(".json").read_text())["rows"]
+    return report
+
+
+def main(argv: list[str] | None = None, workloads_default: Sequence[str] = MIXED_DOZEN,
+         trials_default: Sequence[int] = (256,), name: str = "") -> int:
+    """Runs the comparison and writes `<out>/<name><date>-<target>` .json, .md and plots."""
+    args = parse_args(argv, workloads_default, trials_default)
 
     import search
     from workloads import from_key
 
     workloads = [from_key(key) for key in args.workloads]  # a typo fails here, before any tuning
     target = search.resolve_target(args.target)
-    today = datetime.date.today().isoformat()
-    report = {"date": today, "command": " ".join(["python", *sys.argv]), "machine": machine(target),
-              "versions": versions(), "rows": []}
-    out = args.out / f"{name}{today}-{target.kind.name}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if args.resume and out.with_suffix(".json").exists():
-        report["rows"] = json.loads(out.with_suffix(".json").read_text())["rows"]
+    out = args.out / f"{name}{today()}-{target.kind}"
+    report = start_report(out, target, args.resume)
     done = {(r["workload"], r["trials"]) for r in report["rows"]}
     jobs = [(trials, workload) for trials in args.trials for workload in workloads]
+    order = tuners(args)
     for index, (trials, workload) in enumerate(jobs):
         print(f"[{index + 1}/{len(jobs)}] {workload.key} @{trials}", flush=True)
         if (workload.key, trials) in done:
             print("  kept from", out.with_suffix(".json"), flush=True)
             continue
-        row = compare(workload, target, trials, args.seed, index % 2 == 0, args.rounds,
-                      metaschedule=not args.no_metaschedule)
+        row = compare(workload, target, trials, args.seed, order if index % 2 == 0 else order[::-1], args.rounds)
         report["rows"].append(row)
         print(f"  ours {gflops(row, 'ours'):.1f} GFLOPS, MetaSchedule {gflops(row, 'metaschedule') or 0:.1f}, "
               f"torch {gflops(row, 'torch') or 0:.1f}", flush=True)
-        out.with_suffix(".json").write_text(json.dumps(report, indent=1))  # kept after each workload
-    out.with_suffix(".md").write_text(markdown(report))
+        write_report(out, report, markdown(report))  # kept after each workload
     plots = plot(report, out)
     print(markdown(report))
     print("wrote", out.with_suffix(".json"), out.with_suffix(".md"), *plots)

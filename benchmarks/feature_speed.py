@@ -1,6 +1,6 @@
 """How long features take: schedule application, TVM's PerStoreFeature, and our added terms.
 
-    python benchmarks/feature_speed.py --candidates 1000
+    python -m benchmarks.feature_speed --candidates 1000
 For matmul 512^3 and a ResNet-50 3x3 conv, times `FeatureExtractor` on random candidates of the
 CPU space (all cores, as the tuner runs it), then splits a candidate's cost on one thread into
 applying its schedule, TVM's PerStoreFeature and our added (draft) terms. Each figure is the
@@ -13,18 +13,16 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 WORKLOADS = ("matmul(M=512,N=512,K=512,float32)",
              "conv2d(N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1,epilogue=bias_relu,float32)")
 
 
-def timed(function, *args):
+def timed(function: Callable[..., Any], *args: Any) -> tuple[Any, float]:
     """(what `function(*args)` returns, seconds it took)"""
     started = time.perf_counter()
     value = function(*args)
@@ -32,6 +30,7 @@ def timed(function, *args):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Prints a Markdown table of the feature costs of each workload's random candidates."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--candidates", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)

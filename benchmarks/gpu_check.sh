@@ -19,10 +19,10 @@ python3 -m pip install --quiet --no-index --no-deps --target "$DEPS" .whl/*.whl
 export PYTHONPATH="$DEPS:$PWD" PYTHONUNBUFFERED=1
 python3 -c "import tvm; assert tvm.cuda(0).exist, 'no CUDA device'; print('tvm', tvm.__version__, tvm.cuda(0).device_name)"
 
-timeout 180 python3 -m pytest -q -p no:cacheprovider tests/test_measure.py tests/test_tensorcore.py \
+timeout 180 python3 -m pytest -q -p no:cacheprovider tests/tuner/measure/test_measure.py tests/search/test_tensorcore.py \
     -k "cuda or tensor" || echo "CUDA tests failed (exit $?)"
 
-timeout 300 python3 benchmarks/compare.py --target cuda --no-metaschedule --trials 48 --rounds 3 --out "$OUT" \
+timeout 300 python3 -m benchmarks.compare --target cuda --no-metaschedule --trials 48 --rounds 3 --out "$OUT" \
     --workloads "matmul(M=1024,N=1024,K=1024,float32)" \
     "matmul(M=128,N=768,K=3072,transpose_b=True,epilogue=bias,float32)" \
     "conv2d(N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1,epilogue=bias_relu,float32)"

@@ -1,6 +1,6 @@
 """Which design choices earn their place? Replayed tuning runs over a dense dataset, many seeds.
 
-    python benchmarks/search_efficiency.py --records cost_model/data/cpu_dense.jsonl --seeds 20
+    python -m benchmarks.search_efficiency --records cost_model/data/cpu_dense.jsonl --seeds 20
 
 For each workload of the record file, every variant (random search; annealing and evolutionary
 with the LightGBM ranker; the evolutionary default without the draft pre-filter and without a
@@ -17,19 +17,23 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
-import json
+import math
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import CORES, REPO, RESULTS, command, today, write_report
+from tuner.defaults import BATCH_SIZE
 
-from tuner.defaults import BATCH_SIZE  # noqa: E402
+if TYPE_CHECKING:
+    from cost_model import Dataset, LightGBMRanker
+    from cost_model.features import FeatureExtractor
+    from search import Config
+    from tuner.measure import ReplayMeasurer
 
 CHECKPOINTS = (32, 64, 128)
 GOAL = 0.95
@@ -37,6 +41,8 @@ GOAL = 0.95
 
 @dataclass(frozen=True)
 class Variant:
+    """A design choice to replay: the search strategy, with or without the draft pre-filter and the pretrained model."""
+
     name: str
     strategy: str
     draft: bool = True
@@ -56,35 +62,27 @@ DEFAULT = VARIANTS[2].name
 class CachedFeatures:
     """Feature rows of a workload's recorded configs, extracted once and shared by every run."""
 
-    def __init__(self, configs, extractor):
-        self.rows = dict(zip(configs, extractor(list(configs))))
+    def __init__(self, configs: list[Config], extractor: FeatureExtractor) -> None:
+        self.rows = dict(zip(configs, extractor(configs)))
 
-    def __call__(self, configs) -> np.ndarray:
+    def __call__(self, configs: list[Config]) -> np.ndarray:
         return np.stack([self.rows[c] for c in configs]) if configs else np.zeros((0, 0), np.float32)
 
 
-def replay(key: str, variant: Variant, seed: int, store, features, base_model, goal_latency: float,
-           max_trials: int, batch_size: int) -> dict:
-    """One replayed run: the best latency after each trial, and when it reached the goal."""
+def replay(key: str, variant: Variant, seed: int, measurer: ReplayMeasurer, features: CachedFeatures,
+           base_model: LightGBMRanker, goal_latency: float, max_trials: int, batch_size: int) -> dict:
+    """One replayed run through the tuning loop, which stops once the goal is reached and every
+    checkpoint passed: the best latency after each trial, and the trial that reached the goal."""
     from cost_model import LightGBMRanker
-    from tuner.replay import ReplayRunner
+    from tuner import run
+    from tuner.replay import replay_session
 
-    measurer = ReplayRunner(store)
     model = LightGBMRanker(seed=seed, init_model=base_model if variant.pretrained else None)
-    session = measurer.session(key, strategy=variant.strategy, model=model, seed=seed, draft=variant.draft,
-                               candidates=list(features.rows), extractor=features)
-    curve = []
-    while len(curve) < max_trials:
-        configs = session.ask(min(batch_size, max_trials - len(curve)))
-        if not configs:
-            break
-        results = measurer.measure(key, str(session.target), configs)
-        for config, result in zip(configs, results):
-            previous = curve[-1] if curve else float("inf")
-            curve.append(min(previous, result.latency))
-        session.tell(configs, results)
-        if len(curve) >= max(CHECKPOINTS) and curve[-1] <= goal_latency:
-            break
+    session = replay_session(measurer, key, strategy=variant.strategy, model=model, seed=seed, draft=variant.draft,
+                             candidates=list(features.rows), extractor=features)
+    run([session], measurer, max_trials, batch_size=batch_size,
+        stop=lambda: len(session.trace) >= max(CHECKPOINTS) and session.best_latency <= goal_latency)
+    curve = [math.inf if row["best_latency_s"] is None else row["best_latency_s"] for row in session.trace]
     reached = next((i + 1 for i, latency in enumerate(curve) if latency <= goal_latency), None)
     return {"trials_to_goal": reached, "curve": curve}
 
@@ -112,18 +110,20 @@ def random_median(configs: int, goal_configs: int) -> int:
     return configs
 
 
-def evaluate_workload(key: str, records_path: str, train_only, seeds: int, max_trials: int, batch_size: int) -> dict:
+def evaluate_workload(key: str, records_path: str, train_only: Dataset, seeds: int, max_trials: int,
+                      batch_size: int) -> dict:
     """Every variant over `seeds` replayed runs of one workload (a process of its own);
     `train_only`: a Dataset the pretrained model also learns from."""
     from cost_model import records_to_dataset
     from cost_model.dataset import extractor_for, join
     from cost_model.pretrained import fit_pretrained
     from search import Config
-    from tuner import RecordStore
-    from tuner.records import fastest_per_config, is_ok, median_cost
+    from search.records import RecordStore, fastest_per_config, is_ok, median_cost
+    from tuner import ReplayMeasurer
     from workloads import from_key
 
     store = RecordStore(records_path)
+    measurer = ReplayMeasurer(store)
     others = records_to_dataset(r for r in store if r["workload"] != key)
     base_model = fit_pretrained(join(others, train_only))  # never saw `key`
     records = store.select(key)
@@ -136,7 +136,7 @@ def evaluate_workload(key: str, records_path: str, train_only, seeds: int, max_t
     entry = {"configs": len(configs), "best_gflops": from_key(key).flops / best / 1e9, "goal_configs": goal_configs,
              "random_exact_median": random_median(len(configs), goal_configs), "variants": {}, "runs": {}}
     for variant in VARIANTS:
-        runs = [replay(key, variant, seed, store, features, base_model, best / GOAL,
+        runs = [replay(key, variant, seed, measurer, features, base_model, best / GOAL,
                        min(max_trials, len(configs)), batch_size) for seed in range(seeds)]
         entry["variants"][variant.name] = summarize(runs, best, len(configs))
         entry["runs"][variant.name] = [r["trials_to_goal"] for r in runs]
@@ -145,10 +145,12 @@ def evaluate_workload(key: str, records_path: str, train_only, seeds: int, max_t
 
 
 def markdown(report: dict) -> str:
+    """The report as Markdown: per workload a table of the variants, then the summary against random search."""
     lines = [f"# Search efficiency on replayed records ({report['date']})", "",
              f"Command: `{report['command']}`", "",
              f"Records: {report['records']} (each config at its fastest timing); pretrained model also trained on: "
-             f"{', '.join(report.get('train_only', [])) or 'nothing else'}; {report['seeds']} seeds; batch {report['batch_size']}; goal: "
+             f"{', '.join(report.get('train_only', [])) or 'nothing else'}; {report['seeds']} seeds; "
+             f"batch {report['batch_size']}; goal: "
              f"{GOAL:.0%} of the dataset's best throughput. *trials*: median [q25, q75] trials to the goal "
              "(a run that never reached it counts as the dataset's size); *@k*: median fraction of the best "
              "throughput found after k trials.", ""]
@@ -199,6 +201,7 @@ def plot(report: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Replays every variant on each workload, a process per workload; writes the report."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default=str(REPO / "cost_model" / "data" / "cpu_dense.jsonl"))
     parser.add_argument("--train-only", nargs="*", default=[str(REPO / "cost_model" / "data" / "cpu_transfer.jsonl")],
@@ -207,27 +210,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-trials", type=int, default=512, help="a run stops here if it never reaches the goal")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="configs per round (the tuner's default)")
     parser.add_argument("--workloads", nargs="*", help="workload keys (default: every workload of the file)")
-    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="workloads in parallel")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--jobs", type=int, default=CORES, help="workloads in parallel")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
     from cost_model.dataset import files_to_dataset
-    from tuner import RecordStore
+    from search.records import RecordStore
 
     keys = args.workloads or sorted(RecordStore(args.records).workloads())
     train_only = files_to_dataset(args.train_only)
-    report = {"date": datetime.date.today().isoformat(), "command": " ".join(["python", *sys.argv]),
+    report = {"date": today(), "command": command(),
               "records": os.path.relpath(args.records, REPO),
-              "train_only": [os.path.relpath(path, REPO) for path in args.train_only], "seeds": args.seeds, "batch_size": args.batch_size,
-              "workloads": {}}
+              "train_only": [os.path.relpath(path, REPO) for path in args.train_only], "seeds": args.seeds,
+              "batch_size": args.batch_size, "workloads": {}}
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
         futures = {key: pool.submit(evaluate_workload, key, args.records, train_only, args.seeds, args.max_trials,
                                     args.batch_size) for key in keys}
         report["workloads"] = {key: future.result() for key, future in futures.items()}
     out = args.out / f"search_efficiency-{report['date']}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
-    out.with_suffix(".md").write_text(markdown(report))
+    write_report(out, report, markdown(report))
     plot(report, out.with_suffix(".png"))
     print(markdown(report))
     return 0

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """How good are the programs in our CPU search space? Random, hand-picked, torch and MetaSchedule.
 
 For matmul 512^3 and a ResNet-50 3x3 convolution, in one process:
@@ -21,40 +20,38 @@ other processes use less than --quiet-cores cores, records the other processes' 
 timing, and re-times a measurement that was disturbed (keeping the least disturbed one).
 
 Example (about 10-15 minutes on 2 cores):
-    python benchmarks/space_quality.py --random 64 --ms-trials 64 --explore 192
+    python -m benchmarks.space_quality --random 64 --ms-trials 64 --explore 192
 """
 
 from __future__ import annotations
 
-import os
-
-CORES = len(os.sched_getaffinity(0))
-os.environ["TVM_NUM_THREADS"] = str(CORES)  # must precede the first `import tvm` (search imports it)
-
 import argparse
-import datetime
 import json
-import math
-import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import (BUILDER_TIMEOUT_S, RESULTS, CpuWatch, Quiet, Timer, Timing, TimingProtocol, command,
+                               fmt, machine, today, torch_on_all_cores, tune_metaschedule, vendor_versions,
+                               versions, write_report)
 
-from quiet import CpuWatch, wait_quiet  # noqa: E402  (benchmarks/quiet.py)
+if TYPE_CHECKING:
+    from search import Config, Template
 
 WORKLOADS = {
-    "matmul512": lambda workloads: workloads.matmul(512, 512, 512),
-    "conv56": lambda workloads: workloads.conv2d(1, 64, 56, 56, 64, 3, 3, padding=1),
-    "conv28": lambda workloads: workloads.conv2d(1, 128, 28, 28, 128, 3, 3, padding=1),
+    "matmul512": "matmul(M=512,N=512,K=512,float32)",
+    "conv56": "conv2d(N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1,float32)",
+    "conv28": "conv2d(N=1,C=128,H=28,W=28,K=128,R=3,S=3,padding=1,float32)",
 }
+MS_EVALUATOR = TimingProtocol(number=3, repeat=1, min_ms=50)  # MetaSchedule's runner while it tunes
+HEADER = ["workload", "random best", "random median", "hand", "space best", "torch", "torch 1thr", "MS@N",
+          "hand/torch", "hand/MS", "space/torch", "space/MS"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -66,6 +63,7 @@ WORKLOADS = {
 # --------------------------------------------------------------------------------------------------
 
 def hand_configs(name: str) -> list[dict]:
+    """The configs designed by hand for one of `WORKLOADS`."""
     if name == "matmul512":
         base = dict(vector_axis="j", pack=1, unroll=64, write_at=1)
         return [dict(base, tile_i=ti, tile_j=tj, tile_k=tk, **extra) for ti, tj, tk, extra in [
@@ -105,396 +103,339 @@ def hand_configs(name: str) -> list[dict]:
     raise KeyError(name)
 
 
-def family_configs(name: str, template) -> list[dict]:
-    """Systematic variants around the hand-picked family (register tiles that fit 16 ymm)."""
-    space = template.space
-    out: list[dict] = []
-    s = template.structure
-    axes = {s.axis_names[a]: s.extents[a] for a in s.spatial}
-
-    def ok(cfg):
-        try:
-            return space.is_valid(cfg_of(cfg))
-        except Exception:
-            return False
-
-    if name == "matmul512":
-        for s3i, s3j in [(4, 16), (8, 8), (2, 32), (4, 32), (8, 16)]:
-            for (i0, j0) in [(2, 1), (4, 2), (1, 2), (8, 1), (2, 2)]:
-                for s2i, s2j in [(1, 1), (2, 1), (4, 4), (1, 2)]:
-                    for k1 in [8, 32, 64, 128]:
-                        for unroll in (64, 512):
-                            i1 = 512 // (i0 * s2i * s3i)
-                            j1 = 512 // (j0 * s2j * s3j)
-                            cfg = dict(tile_i=(i0, i1, s2i, s3i), tile_j=(j0, j1, s2j, s3j),
-                                       tile_k=(512 // k1, k1), vector_axis="j", pack=1,
-                                       unroll=unroll, write_at=1)
-                            if i1 >= 1 and j1 >= 1 and ok(cfg):
-                                out.append(cfg)
-    else:
-        K, H, W = axes["k"], axes["h"], axes["w"]
-        C = s.extents[s.axis_names.index("rc")]
-        for k3, h3, w3 in [(16, 1, 4), (16, 2, 2), (16, 1, 2), (8, 1, 7), (32, 1, 2), (64, 1, 1)]:
-            for k0, h0, w0 in [(1, 2, 1), (1, 1, 2), (2, 1, 1), (1, 4, 1), (2, 2, 1), (1, 2, 2)]:
-                if K % (k0 * k3) or H % (h0 * h3) or W % (w0 * w3):
+def matmul_family() -> Iterable[dict]:
+    """Variants of the hand-picked matmul 512^3 family: register tiles that fit 16 ymm, around them."""
+    for s3i, s3j in [(4, 16), (8, 8), (2, 32), (4, 32), (8, 16)]:
+        for i0, j0 in [(2, 1), (4, 2), (1, 2), (8, 1), (2, 2)]:
+            for s2i, s2j in [(1, 1), (2, 1), (4, 4), (1, 2)]:
+                i1, j1 = 512 // (i0 * s2i * s3i), 512 // (j0 * s2j * s3j)
+                if i1 < 1 or j1 < 1:
                     continue
-                for rc1 in (1, 2, 4, 8):
-                    for rh in ((1, 3), (3, 1)):
-                        for rw in ((1, 3), (3, 1)):
-                            for unroll in (16, 64, 512):
-                                cfg = dict(tile_n=(1, 1, 1, 1), tile_k=(k0, K // (k0 * k3), 1, k3),
-                                           tile_h=(h0, H // (h0 * h3), 1, h3), tile_w=(w0, W // (w0 * w3), 1, w3),
-                                           tile_rc=(C // rc1, rc1), tile_rh=rh, tile_rw=rw,
-                                           vector_axis="k", pack=1, unroll=unroll, write_at=1)
-                                if ok(cfg):
-                                    out.append(cfg)
-    return out
+                for k1 in [8, 32, 64, 128]:
+                    for unroll in (64, 512):
+                        yield dict(tile_i=(i0, i1, s2i, s3i), tile_j=(j0, j1, s2j, s3j), tile_k=(512 // k1, k1),
+                                   vector_axis="j", pack=1, unroll=unroll, write_at=1)
 
 
-def cfg_of(d):
+def conv_family(extents: dict[str, int]) -> Iterable[dict]:
+    """Variants of the hand-picked k-vectorized convolution family, for output channels `k`, rows
+    `h`, columns `w` and input channels `rc`."""
+    K, H, W, C = extents["k"], extents["h"], extents["w"], extents["rc"]
+    for k3, h3, w3 in [(16, 1, 4), (16, 2, 2), (16, 1, 2), (8, 1, 7), (32, 1, 2), (64, 1, 1)]:
+        for k0, h0, w0 in [(1, 2, 1), (1, 1, 2), (2, 1, 1), (1, 4, 1), (2, 2, 1), (1, 2, 2)]:
+            if K % (k0 * k3) or H % (h0 * h3) or W % (w0 * w3):
+                continue
+            for rc1 in (1, 2, 4, 8):
+                for rh in ((1, 3), (3, 1)):
+                    for rw in ((1, 3), (3, 1)):
+                        for unroll in (16, 64, 512):
+                            yield dict(tile_n=(1, 1, 1, 1), tile_k=(k0, K // (k0 * k3), 1, k3),
+                                       tile_h=(h0, H // (h0 * h3), 1, h3), tile_w=(w0, W // (w0 * w3), 1, w3),
+                                       tile_rc=(C // rc1, rc1), tile_rh=rh, tile_rw=rw,
+                                       vector_axis="k", pack=1, unroll=unroll, write_at=1)
+
+
+def family_configs(name: str, template: Template) -> list[Config]:
+    """The valid systematic variants around the hand-picked family of one of `WORKLOADS`."""
     from search import Config
 
-    return d if isinstance(d, Config) else Config(d)
-
-
-class Timer:
-    """Times with a quiet-CPU wait before each measurement, within a total waiting budget."""
-
-    def __init__(self, args):
-        self.args = args
-        self.disturbed = 0
-        self.measurements = 0
-        self.waited = 0.0
-
-    def wait(self, max_wait: float) -> None:
-        allowed = min(max_wait, max(0.0, self.args.quiet_budget - self.waited))
-        t0 = time.perf_counter()
-        wait_quiet(self.args.quiet_cores, allowed)
-        self.waited += time.perf_counter() - t0
-
-    def measure(self, fn, retries: int | None = None, quick: bool = False):
-        """fn() -> seconds. Returns (seconds, other_load); re-times a disturbed run."""
-        retries = self.args.retries if retries is None else retries
-        best = None
-        for attempt in range(retries + 1):
-            self.wait(self.args.quick_quiet_wait if quick else self.args.quiet_wait)
-            with CpuWatch() as w:
-                sec = fn()
-            if best is None or w.other < best[1]:
-                best = (sec, w.other)
-            if w.other < self.args.quiet_cores or self.waited >= self.args.quiet_budget:
-                break
-        self.measurements += 1
-        if best[1] >= self.args.quiet_cores:
-            self.disturbed += 1
-        return best
+    structure = template.structure
+    extents = dict(zip(structure.axis_names, structure.extents))
+    family = matmul_family() if name == "matmul512" else conv_family(extents)
+    return [c for c in map(Config, family) if template.space.is_valid(c)]
 
 
 # --------------------------------------------------------------------------------------------------
-# TVM programs
+# Measuring
 # --------------------------------------------------------------------------------------------------
 
-def fast_build(mod, target, _params):
-    """MetaSchedule's default_build minus the slow `import tvm.s_tir.tensor_intrin` (notes §5.4)."""
-    import tvm
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+@dataclass(frozen=True)
+class Mode:
+    """How one measurement is taken: its timing protocol, re-timings of a disturbed one, the quiet wait before each."""
 
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm.build(mod, target=target)
+    protocol: TimingProtocol
+    retries: int
+    wait_s: float
 
 
+def modes(args: argparse.Namespace) -> dict[str, Mode]:
+    """full: the table's timings; hasty: full timings with short waits (random configs); quick: exploring."""
+    full = TimingProtocol(args.number, args.repeat, args.min_repeat_ms)
+    return {"full": Mode(full, args.retries, args.quiet_wait),
+            "hasty": Mode(full, min(1, args.retries), args.quick_quiet_wait),
+            "quick": Mode(TimingProtocol(args.quick_number, args.quick_repeat, args.quick_min_repeat_ms), 0,
+                          args.quick_quiet_wait)}
+
+
+@dataclass
 class Bench:
-    """One workload: inputs, reference, template, and how to build, check and time a program."""
+    """One workload of the run: its template, its inputs and timer, and how measurements are taken."""
 
-    def __init__(self, name: str, args, timer: Timer):
-        import tvm
-        import search
-        import workloads
+    name: str
+    template: Template
+    timer: Timer
+    quiet: Quiet
+    modes: dict[str, Mode]
 
-        self.name, self.args, self.timer = name, args, timer
-        self.w = WORKLOADS[name](workloads)
-        self.template = search.template_for(self.w, "llvm")
-        self.target = self.template.target
-        self.dev = tvm.cpu(0)
-        self.inputs = self.w.random_inputs(0)
-        self.ref = self.w.reference(*self.inputs)
-        self.tvm_args = [tvm.runtime.tensor(x, self.dev) for x in self.inputs] + \
-                        [tvm.runtime.empty(s, self.w.dtype, self.dev) for s in self.w.output_shapes]
+    def measure(self, fn: Callable[[], float], mode: str = "full") -> Timing:
+        """`fn()`'s seconds taken in `mode`, on a CPU as quiet as the mode waits for."""
+        m = self.modes[mode]
+        return self.quiet.measure(fn, m.retries, m.wait_s)
 
-    def gflops(self, seconds: float | None) -> float | None:
-        return None if not seconds else self.w.flops / seconds / 1e9
-
-    def build(self, mod):
-        import tvm
-
-        return tvm.compile(mod, target=self.target)
-
-    def check(self, ex) -> bool:
-        out = self.tvm_args[-1]
-        out.copyfrom(np.full(out.shape, np.nan, dtype=self.w.dtype))
-        ex.mod["main"](*self.tvm_args)
-        rtol, atol = self.w.tolerance
-        return bool(np.allclose(out.numpy(), self.ref, rtol=rtol, atol=atol))
-
-    def tvm_fn(self, ex):
-        a = self.args
-        ev = ex.mod.time_evaluator("main", self.dev, number=a.number, repeat=a.repeat, min_repeat_ms=a.min_repeat_ms,
-                                   f_preproc="cache_flush_cpu_non_first_arg")
-        return lambda: ev(*self.tvm_args).median
-
-    def time_tvm(self, ex, quick: bool = False, patient: bool = True) -> tuple[float, float]:
-        a = self.args
-        number, repeat, min_ms = (a.quick_number, a.quick_repeat, a.quick_min_repeat_ms) if quick else \
-            (a.number, a.repeat, a.min_repeat_ms)
-        ev = ex.mod.time_evaluator("main", self.dev, number=number, repeat=repeat, min_repeat_ms=min_ms,
-                                   f_preproc="cache_flush_cpu_non_first_arg")
-        retries = 0 if quick else (None if patient else min(1, a.retries))
-        return self.timer.measure(lambda: ev(*self.tvm_args).median, retries=retries, quick=quick or not patient)
-
-    def run_config(self, cfg, quick: bool = False, patient: bool = True) -> dict:
-        """Build, check and time one config of our space: a result dict (gflops None on failure)."""
-        from search import InvalidConfig
-
-        cfg = cfg_of(cfg)
-        rec = {"config": cfg.to_json(), "gflops": None, "ok": False}
-        try:
-            t0 = time.perf_counter()
-            ex = self.build(self.template.apply(cfg).mod)
-            rec["build_s"] = round(time.perf_counter() - t0, 3)
-            rec["ok"] = self.check(ex)
-            if not rec["ok"]:
-                rec["error"] = "wrong result"
-                return rec
-            sec, other = self.time_tvm(ex, quick, patient)
-            rec.update(seconds=sec, gflops=self.gflops(sec), other_load=round(other, 3))
-        except InvalidConfig as err:
-            rec["error"] = f"invalid: {str(err)[:200]}"
-        except Exception as err:  # a build or runtime failure of this config
-            rec["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
-        return rec
-
-    # --- torch ---------------------------------------------------------------------------------
-    def time_torch(self) -> dict:
-        import torch
-        import torch.nn.functional as F
-
-        x = [torch.from_numpy(np.ascontiguousarray(a)) for a in self.inputs]
-        w = self.w
-        if w.op == "matmul":
-            fn = lambda: torch.matmul(x[0], x[1])  # noqa: E731
-        else:
-            fn = lambda: F.conv2d(x[0], x[1], stride=w.stride, padding=w.padding, dilation=w.dilation)  # noqa: E731
-        with torch.no_grad():
-            out = fn().numpy()
-            rtol, atol = w.tolerance
-            ok = bool(np.allclose(out, self.ref, rtol=rtol, atol=atol))
-            for _ in range(10):
-                fn()
-
-            def once():
-                # the same protocol as time_evaluator: `repeat` repeats of >= min_repeat_ms, median
-                t0 = time.perf_counter(); fn(); single = time.perf_counter() - t0
-                number = max(self.args.number, math.ceil(self.args.min_repeat_ms / 1e3 / max(single, 1e-7)))
-                means = []
-                for _ in range(self.args.repeat):
-                    t0 = time.perf_counter()
-                    for _ in range(number):
-                        fn()
-                    means.append((time.perf_counter() - t0) / number)
-                return statistics.median(means)
-
-            threads = torch.get_num_threads()
-
-            def once_1thread():  # a sanity number: one thread is least hurt by a busy core
-                torch.set_num_threads(1)
-                try:
-                    with torch.no_grad():
-                        return once()
-                finally:
-                    torch.set_num_threads(threads)
-
-            def once_grad_off():
-                with torch.no_grad():
-                    return once()
-
-            self.torch_fns = {"torch": once_grad_off, "torch_1thread": once_1thread}
-            sec, other = self.timer.measure(once)
-            sec1, other1 = self.timer.measure(once_1thread)
-        return {"seconds": sec, "gflops": self.gflops(sec), "ok": ok, "other_load": round(other, 3),
-                "threads": threads, "gflops_1thread": self.gflops(sec1), "other_load_1thread": round(other1, 3)}
-
-    # --- MetaSchedule -----------------------------------------------------------------------------
-    def tune_metaschedule(self) -> dict:
-        import logging
-
-        import tvm
-        from tvm.s_tir import meta_schedule as ms
-
-        a = self.args
-        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-        mod = tvm.IRModule({"main": self.w.prim_func()})
-        rec: dict = {"trials": a.ms_trials, "trials_per_iter": a.ms_per_iter}
-        with tempfile.TemporaryDirectory(prefix="space_quality_ms_") as work_dir:
-            wait_quiet(a.quiet_cores, a.quiet_wait)
-            t0 = time.perf_counter()
-            with CpuWatch() as watch:
-                db = ms.tune_tir(
-                    mod, self.target, work_dir=work_dir, max_trials_global=a.ms_trials,
-                    num_trials_per_iter=a.ms_per_iter,
-                    builder=ms.builder.LocalBuilder(f_build=fast_build),
-                    runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
-                        number=3, repeat=1, min_repeat_ms=50, enable_cpu_cache_flush=True)),
-                    cost_model="xgb", strategy="evolutionary", seed=a.seed, num_tuning_cores=CORES)
-            rec["tune_s"] = round(time.perf_counter() - t0, 1)
-            rec["other_load_during_tuning_excl_own_workers"] = round(watch.other, 3)
-            records = db.get_all_tuning_records()
-            secs = [float(np.mean([float(s) for s in r.run_secs])) for r in records if r.run_secs]
-            secs = [s for s in secs if s < 1e9]
-            rec["measured"] = len(secs)
-            rec["ms_own_best_gflops"] = self.gflops(min(secs)) if secs else None
-            sch = ms.tir_integration.compile_tir(db, mod, self.target)
-            if sch is None:
-                rec["error"] = "compile_tir returned None"
-                return rec
-            ex = self.build(sch.mod)
-            rec["ok"] = self.check(ex)
-            self.ms_ex = ex
-            sec, other = self.time_tvm(ex)
-            rec.update(seconds=sec, gflops=self.gflops(sec), other_load=round(other, 3))
-            rec["trace"] = str(sch.trace)
-        return rec
+    def time_kernel(self, module: Any, mode: str = "full") -> Timing:
+        """A TVM kernel's seconds, taken in `mode`."""
+        return self.measure(lambda: self.timer.tvm(module, self.modes[mode].protocol), mode)
 
 
-def head_to_head(bench: Bench, entry: dict, args) -> dict:
-    """Time the contenders alternately for a few rounds, so that a quiet window serves them all.
+def make_bench(name: str, args: argparse.Namespace, quiet: Quiet) -> Bench:
+    """The bench of one of `WORKLOADS`, on this CPU, timed by default as the table is."""
+    import search
+    from workloads import from_key
 
-    Per contender, the fastest measurement taken while other processes used < --quiet-cores cores is
-    kept (or the least disturbed one if none was quiet).
-    """
-    fns = {}
-    for label, key in (("hand", "hand"), ("space", "space")):
-        cfg = entry["hand"]["best_config"] if key == "hand" else entry.get("space_best_config")
-        if cfg is None or (key == "space" and cfg == entry["hand"]["best_config"]):
-            continue
-        ex = bench.build(bench.template.apply(cfg_of(cfg)).mod)
-        fns[label] = bench.tvm_fn(ex)
-    if getattr(bench, "ms_ex", None) is not None:
-        fns["metaschedule"] = bench.tvm_fn(bench.ms_ex)
-    fns.update(getattr(bench, "torch_fns", {}))
-    names = list(fns)
-    runs: dict[str, list] = {n: [] for n in names}
-    for r in range(args.final_rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            bench.timer.wait(args.final_quiet_wait)
-            with CpuWatch() as w:
-                sec = fns[n]()
-            runs[n].append((sec, round(w.other, 3)))
-    out = {}
-    for n, meas in runs.items():
-        quiet = [m for m in meas if m[1] < args.quiet_cores]
-        sec, other = min(quiet) if quiet else min(meas, key=lambda m: m[1])
-        out[n] = {"seconds": sec, "gflops": bench.gflops(sec), "other_load": other, "quiet": bool(quiet),
-                  "rounds": [{"seconds": a, "gflops": bench.gflops(a), "other_load": b} for a, b in meas]}
-        bench.timer.measurements += 1
-        bench.timer.disturbed += 0 if quiet else 1
-    if "space" not in out and "hand" in out:
-        out["space"] = out["hand"]
-    return out
+    template = search.template_for(from_key(WORKLOADS[name]), "llvm")
+    bench_modes = modes(args)
+    return Bench(name, template, Timer(template.workload, "cpu", bench_modes["full"].protocol), quiet, bench_modes)
+
+
+def build(template: Template, config: Config | dict) -> Any:
+    """The runtime module of one config of the template."""
+    import tvm
+
+    return tvm.compile(template.apply(config).mod, target=template.target.tvm).mod
+
+
+def run_config(bench: Bench, config: dict | Config, mode: str = "full") -> dict:
+    """Build, check and time one config of our space: a result (gflops None when it fails)."""
+    from search import Config, InvalidConfig
+
+    config = Config(config)
+    result: dict[str, Any] = {"config": config.to_json(), "gflops": None, "ok": False}
+    try:
+        started = time.perf_counter()
+        module = build(bench.template, config)
+        result["build_s"] = round(time.perf_counter() - started, 3)
+        result["ok"] = bench.timer.check(module)
+        if not result["ok"]:
+            result["error"] = "wrong result"
+            return result
+        seconds, other = bench.time_kernel(module, mode)
+        result.update(seconds=seconds, gflops=bench.timer.gflops(seconds), other_load=round(other, 3))
+    except InvalidConfig as err:
+        result["error"] = f"invalid: {str(err)[:200]}"
+    except Exception as err:  # a build or runtime failure of this config
+        result["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+    return result
+
+
+def ranked(results: Iterable[dict]) -> list[dict]:
+    """The results that ran, fastest first."""
+    return sorted((r for r in results if r.get("gflops")), key=lambda r: -r["gflops"])
 
 
 def summarize(results: list[dict]) -> dict:
-    g = [r["gflops"] for r in results if r.get("gflops")]
-    best = max((r for r in results if r.get("gflops")), key=lambda r: r["gflops"], default=None)
-    return {"count": len(results), "valid": len(g), "best_gflops": max(g) if g else None,
-            "median_gflops": statistics.median(g) if g else None,
-            "best_config": best["config"] if best else None}
+    """How many configs worked, the best and median GFLOPS, and the best config."""
+    ran = ranked(results)
+    return {"count": len(results), "valid": len(ran), "best_gflops": ran[0]["gflops"] if ran else None,
+            "median_gflops": statistics.median(r["gflops"] for r in ran) if ran else None,
+            "best_config": ran[0]["config"] if ran else None}
 
 
-def explore(bench: Bench, args, rng, seen: set) -> list[dict]:
-    """Systematic family + quick random draws + local search, all with quick timing."""
+# --------------------------------------------------------------------------------------------------
+# The phases of one workload
+# --------------------------------------------------------------------------------------------------
+
+def random_phase(bench: Bench, count: int, rng: np.random.Generator, verbose: bool) -> tuple[list[Config], dict]:
+    """`count` random configs of the space, each timed fully with short quiet waits."""
+    started = time.perf_counter()
+    configs = bench.template.space.sample(rng, count)
+    results = []
+    for index, config in enumerate(configs):
+        results.append(run_config(bench, config, "hasty"))
+        if verbose:
+            r = results[-1]
+            print(f"  random {index + 1:3d} {fmt(r.get('gflops')):>7} GFLOPS other={r.get('other_load')} "
+                  f"{r.get('error', '')}", flush=True)
+    entry = dict(summarize(results), results=results)
+    print(f"  random x{len(results)}: best {fmt(entry['best_gflops'])} median {fmt(entry['median_gflops'])} GFLOPS "
+          f"({time.perf_counter() - started:.0f} s)", flush=True)
+    return configs, entry
+
+
+def hand_phase(bench: Bench) -> dict:
+    """The hand-picked configs, each timed fully."""
+    results = []
+    for config in hand_configs(bench.name):
+        results.append(run_config(bench, config))
+        r = results[-1]
+        print(f"  hand {fmt(r.get('gflops')):>7} GFLOPS {r.get('error', '')} {json.dumps(r['config'])}", flush=True)
+    entry = dict(summarize(results), results=results)
+    print(f"  hand best {fmt(entry['best_gflops'])} GFLOPS: {json.dumps(entry['best_config'])}", flush=True)
+    return entry
+
+
+def seed_pool(bench: Bench, budget: int, rng: np.random.Generator, seen: set[Config]) -> dict[str, dict]:
+    """Quick timings of half the budget of family variants and a quarter of new random configs."""
+    family = family_configs(bench.name, bench.template)
+    picked = [family[int(i)] for i in rng.permutation(len(family))[:budget // 2]]
+    pool: dict[str, dict] = {}
+    for config in [*picked, *bench.template.space.sample(rng, budget // 4, exclude=seen)]:
+        if config.id not in pool:
+            pool[config.id] = run_config(bench, config, "quick")
+    return pool
+
+
+def local_search(bench: Bench, pool: dict[str, dict], budget: int, rng: np.random.Generator) -> int:
+    """Quick timings of neighbours of the four leaders, round after round, until the budget is
+    spent (or 20 rounds found nothing new); returns the rounds."""
     from search import Config
 
     space = bench.template.space
-    pool: dict[str, dict] = {}
-
-    def try_cfg(cfg):
-        c = cfg_of(cfg)
-        if c.id in pool or not space.is_valid(c):
-            return
-        pool[c.id] = bench.run_config(c, quick=True)
-
-    family = family_configs(bench.name, bench.template)
-    order = rng.permutation(len(family))
-    n_family = min(len(family), args.explore // 2)
-    t0 = time.perf_counter()
-    for i in order[:n_family]:
-        try_cfg(family[int(i)])
-    for c in space.sample(rng, args.explore // 4, exclude=seen):
-        try_cfg(c)
-    print(f"  explore: {len(pool)} family/random configs in {time.perf_counter() - t0:.0f} s", flush=True)
     rounds = 0
-    budget = args.explore - len(pool)
     while budget > 0:
-        ranked = sorted((r for r in pool.values() if r.get("gflops")), key=lambda r: -r["gflops"])[:4]
         before = len(pool)
-        for r in ranked:
-            for nb in space.neighbors(Config.from_json(r["config"]), rng, n=max(2, min(8, budget // 4))):
-                try_cfg(nb)
+        for leader in ranked(pool.values())[:4]:
+            for config in space.neighbors(Config(leader["config"]), rng, n=max(2, min(8, budget // 4))):
+                if config.id not in pool and space.is_valid(config):
+                    pool[config.id] = run_config(bench, config, "quick")
         rounds += 1
         added = len(pool) - before
         budget -= max(added, 1)
         if added == 0 and rounds > 20:
             break
-    print(f"  explore: {len(pool)} configs after {rounds} local rounds ({time.perf_counter() - t0:.0f} s)", flush=True)
-    ranked = sorted((r for r in pool.values() if r.get("gflops")), key=lambda r: -r["gflops"])
-    final = [bench.run_config(r["config"]) for r in ranked[:args.explore_retime]]
-    return list(pool.values()), final
+    return rounds
+
+
+def explore_phase(bench: Bench, args: argparse.Namespace, rng: np.random.Generator, seen: set[Config]) -> dict:
+    """A wider, quick-timed search of the space, its leaders re-timed fully."""
+    started = time.perf_counter()
+    pool = seed_pool(bench, args.explore, rng, seen)
+    print(f"  explore: {len(pool)} family/random configs in {time.perf_counter() - started:.0f} s", flush=True)
+    rounds = local_search(bench, pool, args.explore - len(pool), rng)
+    print(f"  explore: {len(pool)} configs after {rounds} local rounds ({time.perf_counter() - started:.0f} s)",
+          flush=True)
+    retimed = [run_config(bench, r["config"]) for r in ranked(pool.values())[:args.explore_retime]]
+    best = summarize(retimed)
+    print(f"  explore best (re-timed) {fmt(best['best_gflops'])} GFLOPS: {json.dumps(best['best_config'])}", flush=True)
+    return {"count": len(pool), "best_gflops": best["best_gflops"], "best_config": best["best_config"],
+            "retimed": retimed, "quick_top": ranked(pool.values())[:20]}
+
+
+def space_best(entry: dict) -> tuple[float | None, dict | None]:
+    """The fastest config of our space that any phase found (hand-picked first on a tie)."""
+    phases = [entry[phase] for phase in ("hand", "random", "explore") if phase in entry]
+    best = max(phases, key=lambda p: p["best_gflops"] or 0)
+    return best["best_gflops"] or None, best["best_config"]
+
+
+def on_one_thread(fn: Callable[[], float]) -> float:
+    """`fn()` with torch on one thread: a sanity figure, as one thread is least hurt by a busy core."""
+    torch = torch_on_all_cores()
+    torch.set_num_threads(1)
+    try:
+        return fn()
+    finally:
+        torch_on_all_cores()
+
+
+def torch_phase(bench: Bench) -> tuple[dict, dict[str, Callable[[], float]]]:
+    """torch on every core and on one thread, timed like our kernels; the result and its timings."""
+    fn = vendor_versions(bench.timer)["torch"]
+    ok = bench.timer.matches(fn())
+
+    def all_cores() -> float:
+        return bench.timer.python(fn)
+
+    sides = {"torch": all_cores, "torch_1thread": lambda: on_one_thread(all_cores)}
+    seconds, other = bench.measure(sides["torch"])
+    seconds_1, other_1 = bench.measure(sides["torch_1thread"])
+    result = {"seconds": seconds, "gflops": bench.timer.gflops(seconds), "ok": ok,
+              "other_load": round(other, 3), "threads": torch_on_all_cores().get_num_threads(),
+              "gflops_1thread": bench.timer.gflops(seconds_1), "other_load_1thread": round(other_1, 3)}
+    print(f"  torch {fmt(result['gflops'])} GFLOPS, 1 thread {fmt(result['gflops_1thread'])} "
+          f"(ok={result['ok']}, other load {result['other_load']})", flush=True)
+    return result, sides
+
+
+def metaschedule_phase(bench: Bench, args: argparse.Namespace) -> tuple[dict, dict[str, Callable[[], float]]]:
+    """MetaSchedule over `--ms-trials` candidates, its best re-timed as ours are; the result and,
+    if it produced a program, its timing."""
+    result: dict[str, Any] = {"trials": args.ms_trials, "trials_per_iter": args.ms_per_iter}
+    sides = {}
+    bench.quiet.wait(args.quiet_wait)
+    try:
+        with CpuWatch() as watch:
+            run = tune_metaschedule(bench.timer.workload, bench.template.target, args.ms_trials, seed=args.seed,
+                                    per_iter=args.ms_per_iter, evaluator=MS_EVALUATOR,
+                                    builder_timeout_s=args.ms_builder_timeout)
+        result.update(tune_s=round(run.seconds, 1), other_load_during_tuning_excl_own_workers=round(watch.other, 3),
+                      measured=len(run.latencies), ms_own_best_gflops=bench.timer.gflops(run.best_latency),
+                      ok=bench.timer.check(run.module))
+        seconds, other = bench.time_kernel(run.module)
+        result.update(seconds=seconds, gflops=bench.timer.gflops(seconds), other_load=round(other, 3), trace=run.trace)
+        sides["metaschedule"] = lambda: bench.timer.tvm(run.module)
+    except Exception as err:  # MetaSchedule failing is a finding of the run, not its end
+        result["error"] = f"{type(err).__name__}: {err}"[:500]
+    print(f"  MetaSchedule@{args.ms_trials} {fmt(result.get('gflops'))} GFLOPS "
+          f"(own runner best {fmt(result.get('ms_own_best_gflops'))}, ok={result.get('ok')}, "
+          f"{result.get('tune_s', 0):.0f} s)", flush=True)
+    return result, sides
+
+
+def contenders(bench: Bench, entry: dict, others: dict[str, Callable[[], float]]) -> dict[str, Callable[[], float]]:
+    """The table's programs as timings: the best hand-picked config, the space's best where it is
+    another, then `others` (MetaSchedule's best, torch)."""
+    configs = {"hand": entry["hand"]["best_config"], "space": entry["space_best_config"]}
+    if configs["space"] == configs["hand"]:
+        del configs["space"]
+    modules = {label: build(bench.template, config) for label, config in configs.items() if config is not None}
+    return {**{label: (lambda m=m: bench.timer.tvm(m)) for label, m in modules.items()}, **others}
+
+
+def head_to_head(bench: Bench, sides: dict[str, Callable[[], float]], args: argparse.Namespace) -> dict:
+    """The contenders timed in alternating rounds, so that a quiet window serves them all; per
+    contender its fastest quiet round (else its least disturbed one) and every round."""
+    timings = bench.quiet.head_to_head(sides, args.final_rounds, args.final_quiet_wait)
+    out = {}
+    for name, rounds in timings.items():
+        seconds, other = bench.quiet.kept(rounds)
+        out[name] = {"seconds": seconds, "gflops": bench.timer.gflops(seconds), "other_load": round(other, 3),
+                     "quiet": any(bench.quiet.is_quiet(t) for t in rounds),
+                     "rounds": [{"seconds": s, "gflops": bench.timer.gflops(s), "other_load": round(o, 3)}
+                                for s, o in rounds]}
+    if "space" not in out and "hand" in out:
+        out["space"] = out["hand"]
+    print("  head-to-head: " + ", ".join(f"{k} {fmt(v['gflops'])}{'' if v['quiet'] else ' (disturbed)'}"
+                                        for k, v in out.items()), flush=True)
+    return out
+
+
+def run_workload(name: str, args: argparse.Namespace, quiet: Quiet) -> dict:
+    """Every phase on one of `WORKLOADS`: its entry of the report."""
+    from search import Config
+
+    bench = make_bench(name, args, quiet)
+    workload = bench.timer.workload
+    print(f"\n== {name}: {workload.key}, {workload.flops / 1e9:.3f} GFLOP, target {bench.template.target}", flush=True)
+    entry: dict[str, Any] = {"key": workload.key, "flops": workload.flops, "target": str(bench.template.target)}
+    rng = np.random.default_rng(args.seed)
+    configs, entry["random"] = random_phase(bench, args.random, rng, args.verbose)
+    entry["hand"] = hand_phase(bench)
+    if args.explore:
+        entry["explore"] = explore_phase(bench, args, rng, {Config(c) for c in [*configs, *hand_configs(name)]})
+    entry["space_best_gflops"], entry["space_best_config"] = space_best(entry)
+    entry["torch"], torch_sides = torch_phase(bench)
+    entry["metaschedule"], ms_sides = metaschedule_phase(bench, args) if args.ms_trials else ({}, {})
+    if args.final_rounds:
+        entry["final"] = head_to_head(bench, contenders(bench, entry, {**ms_sides, **torch_sides}), args)
+    return entry
 
 
 # --------------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------------
 
-def machine_info() -> dict:
-    info = {"cores_available": CORES, "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS")}
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-        fields = {k.strip(): v.strip() for k, v in fields.items()}
-        info.update(model=fields.get("Model name"), cpus=fields.get("CPU(s)"),
-                    threads_per_core=fields.get("Thread(s) per core"), l1d=fields.get("L1d cache"),
-                    l2=fields.get("L2 cache"), l3=fields.get("L3 cache"),
-                    avx2="avx2" in fields.get("Flags", ""), avx512f="avx512f" in fields.get("Flags", ""),
-                    hypervisor=fields.get("Hypervisor vendor"))
-    except Exception as err:  # lscpu missing
-        info["lscpu_error"] = str(err)
-    return info
-
-
-def versions() -> dict:
-    import torch
-    import tvm
-
-    v = {"python": platform.python_version(), "tvm": tvm.__version__, "torch": torch.__version__,
-         "numpy": np.__version__}
-    for mod in ("xgboost", "tvm_ffi"):
-        try:
-            v[mod] = __import__(mod).__version__
-        except Exception:
-            pass
-    try:
-        v["repo_commit"] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                          capture_output=True, text=True, timeout=10).stdout.strip()
-    except Exception:
-        pass
-    return v
-
-
-def fmt(x, digits=1):
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def ratio(a, b):
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None without both."""
     return None if not a or not b else a / b
 
 
@@ -506,11 +447,13 @@ def table_numbers(r: dict) -> dict:
             "hand": g("hand", r["hand"]["best_gflops"]),
             "space": max(x for x in (g("space", r.get("space_best_gflops")), g("hand", r["hand"]["best_gflops"]),
                                      r["random"]["best_gflops"], 0) if x is not None) or None,
-            "torch": g("torch", r["torch"].get("gflops")), "torch_1thread": g("torch_1thread", r["torch"].get("gflops_1thread")),
+            "torch": g("torch", r["torch"].get("gflops")),
+            "torch_1thread": g("torch_1thread", r["torch"].get("gflops_1thread")),
             "ms": g("metaschedule", r["metaschedule"].get("gflops"))}
 
 
 def table_rows(report: dict) -> list[list[str]]:
+    """One row of formatted cells per workload, in `HEADER`'s order."""
     rows = []
     for name, r in report["workloads"].items():
         t = table_numbers(r)
@@ -521,67 +464,80 @@ def table_rows(report: dict) -> list[list[str]]:
     return rows
 
 
-HEADER = ["workload", "random best", "random median", "hand", "space best", "torch", "torch 1thr", "MS@N",
-          "hand/torch", "hand/MS", "space/torch", "space/MS"]
-
-
-def print_table(report: dict) -> None:
+def print_summary(report: dict) -> None:
+    """The table, the disturbed measurements and each workload's best config, on the console."""
     rows = [HEADER] + table_rows(report)
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
+    print()
     for i, r in enumerate(rows):
         print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
         if i == 0:
             print("  ".join("-" * w for w in widths))
+    print(f"\n(disturbed measurements: {report['disturbed']} of {report['measurements']}; waited "
+          f"{report['quiet_waited_s']:.0f} s for a quiet CPU; total {report['total_s']} s)")
+    for name, e in report["workloads"].items():
+        print(f"{name} space best config ({fmt(e['space_best_gflops'])} GFLOPS): {json.dumps(e['space_best_config'])}")
 
 
-def write_markdown(report: dict, path: Path) -> None:
+def markdown_head(report: dict) -> list[str]:
+    """The report's first lines: how it was made, on what, with which settings, and the table."""
     m, v, a = report["machine"], report["versions"], report["settings"]
     lines = [f"# Search-space quality, {report['date']}", "",
              f"Command: `{report['command']}`", "",
-             f"Machine: {m.get('model')} ({m.get('cpus')} CPUs, {m.get('threads_per_core')} thread/core, "
-             f"L1d {m.get('l1d')}, L2 {m.get('l2')}, L3 {m.get('l3')}, AVX2 {m.get('avx2')}, "
-             f"AVX-512 {m.get('avx512f')}, hypervisor {m.get('hypervisor')}); "
-             f"TVM_NUM_THREADS={m.get('TVM_NUM_THREADS')}, torch threads={report.get('torch_threads')}.", "",
+             f"Machine: {m['cpu']} ({m['cpus']} CPUs, {m['threads_per_core']} thread/core, "
+             f"L1d {m['l1d']}, L2 {m['l2']}, L3 {m['l3']}, AVX2 {m['avx2']}, "
+             f"AVX-512 {m['avx512f']}, hypervisor {m['hypervisor']}); "
+             f"TVM_NUM_THREADS={m['tvm_threads']}, torch threads={m['torch_threads']}.", "",
              "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()), "",
              f"TVM timing: time_evaluator number={a['number']} repeat={a['repeat']} "
              f"min_repeat_ms={a['min_repeat_ms']} f_preproc=cache_flush_cpu_non_first_arg, median. "
              f"torch: same protocol with perf_counter loops, warm (no cache flush). "
              f"MetaSchedule: tune_tir max_trials_global={a['ms_trials']} num_trials_per_iter={a['ms_per_iter']}, "
-             f"xgb, evolutionary, seed={a['seed']}, fast_build, EvaluatorConfig(number=3, repeat=1, "
-             f"min_repeat_ms=50, cache flush); its best re-timed with our settings. "
-             f"Random: {a['random']} configs, seed {a['seed']}. Explore: {a['explore']} quick-timed configs.", "",
+             f"xgb, evolutionary, seed={a['seed']}, fast_build, EvaluatorConfig(number={MS_EVALUATOR.number}, "
+             f"repeat={MS_EVALUATOR.repeat}, min_repeat_ms={MS_EVALUATOR.min_ms}, cache flush); its best re-timed "
+             f"with our settings. Random: {a['random']} configs, seed {a['seed']}. "
+             f"Explore: {a['explore']} quick-timed configs.", "",
              "GFLOPS (higher is better):", "",
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(r) + " |" for r in table_rows(report)]
-    lines += ["", f"Measurements still disturbed after re-timing: {report['disturbed']} of "
-              f"{report['measurements']} (other processes using >= {a['quiet_cores']} cores during the timing; "
-              f"{report['quiet_waited_s']} s spent waiting for a quiet CPU).", ""]
+    return lines + ["", f"Measurements still disturbed after re-timing: {report['disturbed']} of "
+                    f"{report['measurements']} (other processes using >= {a['quiet_cores']} cores during the timing; "
+                    f"{report['quiet_waited_s']} s spent waiting for a quiet CPU).", ""]
+
+
+def markdown_workload(name: str, r: dict) -> list[str]:
+    """A workload's section: its random, hand-picked, explored, torch and MetaSchedule results."""
+    lines = [f"## {name}: `{r['key']}` ({r['flops'] / 1e9:.3f} GFLOP)", "",
+             f"- random: {r['random']['valid']}/{r['random']['count']} valid, best config "
+             f"`{json.dumps(r['random']['best_config'])}`",
+             f"- hand-picked best ({fmt(r['hand']['best_gflops'])} GFLOPS): `{json.dumps(r['hand']['best_config'])}`"]
+    lines += [f"  - {fmt(h.get('gflops'))} GFLOPS `{json.dumps(h['config'])}`"
+              + (f" ({h['error']})" if h.get("error") else "") for h in r["hand"]["results"]]
+    if r.get("explore"):
+        e = r["explore"]
+        lines.append(f"- explored {e['count']} configs (quick timing); best re-timed "
+                     f"{fmt(e['best_gflops'])} GFLOPS: `{json.dumps(e['best_config'])}`")
+    ms = r["metaschedule"]
+    lines.append(f"- torch {fmt(r['torch'].get('gflops'))} GFLOPS with {r['torch'].get('threads')} threads "
+                 f"({fmt(r['torch'].get('gflops_1thread'))} with 1 thread; correct: {r['torch'].get('ok')}); "
+                 f"MetaSchedule {fmt(ms.get('gflops'))} GFLOPS re-timed, "
+                 f"{fmt(ms.get('ms_own_best_gflops'))} by its own runner, {ms.get('measured')} measured, "
+                 f"tuning {ms.get('tune_s')} s, correct: {ms.get('ok')}")
+    return lines + [""]
+
+
+def markdown(report: dict) -> str:
+    """The whole report as Markdown."""
+    lines = markdown_head(report)
     for name, r in report["workloads"].items():
-        lines += [f"## {name}: `{r['key']}` ({r['flops'] / 1e9:.3f} GFLOP)", "",
-                  f"- random: {r['random']['valid']}/{r['random']['count']} valid, best config "
-                  f"`{json.dumps(r['random']['best_config'])}`",
-                  f"- hand-picked best ({fmt(r['hand']['best_gflops'])} GFLOPS): "
-                  f"`{json.dumps(r['hand']['best_config'])}`"]
-        for h in r["hand"]["results"]:
-            lines.append(f"  - {fmt(h.get('gflops'))} GFLOPS `{json.dumps(h['config'])}`"
-                         + (f" ({h['error']})" if h.get("error") else ""))
-        if r.get("explore"):
-            e = r["explore"]
-            lines.append(f"- explored {e['count']} configs (quick timing); best re-timed "
-                         f"{fmt(e['best_gflops'])} GFLOPS: `{json.dumps(e['best_config'])}`")
-        ms_ = r["metaschedule"]
-        lines.append(f"- torch {fmt(r['torch'].get('gflops'))} GFLOPS with {r['torch'].get('threads')} threads "
-                     f"({fmt(r['torch'].get('gflops_1thread'))} with 1 thread; correct: {r['torch'].get('ok')}); "
-                     f"MetaSchedule {fmt(ms_.get('gflops'))} GFLOPS re-timed, "
-                     f"{fmt(ms_.get('ms_own_best_gflops'))} by its own runner, {ms_.get('measured')} measured, "
-                     f"tuning {ms_.get('tune_s')} s, correct: {ms_.get('ok')}")
-        lines.append("")
+        lines += markdown_workload(name, r)
     if report.get("notes"):
         lines += ["## Notes", "", report["notes"], ""]
-    path.write_text("\n".join(lines))
+    return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workloads", nargs="+", default=["matmul512", "conv56"], choices=sorted(WORKLOADS))
     p.add_argument("--random", type=int, default=64, help="random configs of our space per workload")
@@ -589,6 +545,8 @@ def main(argv=None) -> int:
     p.add_argument("--explore-retime", type=int, default=5, help="explored leaders re-timed with full settings")
     p.add_argument("--ms-trials", type=int, default=64, help="MetaSchedule max_trials_global (0: skip)")
     p.add_argument("--ms-per-iter", type=int, default=64)
+    p.add_argument("--ms-builder-timeout", type=float, default=BUILDER_TIMEOUT_S,
+                   help="seconds MetaSchedule's builder may take per candidate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--number", type=int, default=3)
     p.add_argument("--repeat", type=int, default=5)
@@ -605,109 +563,37 @@ def main(argv=None) -> int:
                    help="rounds of alternate timing of hand/space/MetaSchedule/torch for the table (0: off)")
     p.add_argument("--final-quiet-wait", type=float, default=30.0, help="quiet wait before each head-to-head timing")
     p.add_argument("--verbose", action="store_true", help="a line per random config")
-    p.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--notes", default="", help="free text appended to the markdown report")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
-    import torch
 
-    torch.set_num_threads(CORES)
-    timer = Timer(args)
-    today = datetime.date.today().isoformat()
-    report = {"date": today, "command": " ".join(["python", "benchmarks/space_quality.py"] + (argv or sys.argv[1:])),
-              "machine": machine_info(), "versions": versions(), "settings": {k: (str(v) if isinstance(v, Path) else v)
-                                                                              for k, v in vars(args).items()},
-              "torch_threads": torch.get_num_threads(), "workloads": {}, "notes": args.notes}
-    import tvm
+def start_report(args: argparse.Namespace) -> dict:
+    """The report's facts before any measurement: when, how, on what, with which settings."""
+    import search
 
-    report["tvm_runtime_threads"] = tvm.runtime.num_threads() if hasattr(tvm.runtime, "num_threads") else None
-    print(f"cores={CORES} TVM_NUM_THREADS={os.environ['TVM_NUM_THREADS']} torch threads={torch.get_num_threads()} "
-          f"model={report['machine'].get('model')}", flush=True)
-    t_start = time.perf_counter()
-    for name in args.workloads:
-        bench = Bench(name, args, timer)
-        print(f"\n== {name}: {bench.w.key}, {bench.w.flops / 1e9:.3f} GFLOP, target {bench.target}", flush=True)
-        entry = {"key": bench.w.key, "flops": bench.w.flops, "target": str(bench.target)}
-        rng = np.random.default_rng(args.seed)
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    return {"date": today(), "command": command(), "machine": machine(search.resolve_target("llvm")),
+            "versions": versions(), "settings": settings, "workloads": {}, "notes": args.notes}
 
-        t0 = time.perf_counter()
-        configs = bench.template.space.sample(rng, args.random)
-        rand = []
-        for i, c in enumerate(configs):
-            rand.append(bench.run_config(c, patient=False))  # full timing, short quiet waits
-            if args.verbose:
-                r = rand[-1]
-                print(f"  random {i + 1:3d} {fmt(r.get('gflops')):>7} GFLOPS other={r.get('other_load')} "
-                      f"{r.get('error', '')}", flush=True)
-        entry["random"] = dict(summarize(rand), results=rand)
-        print(f"  random x{len(rand)}: best {fmt(entry['random']['best_gflops'])} median "
-              f"{fmt(entry['random']['median_gflops'])} GFLOPS ({time.perf_counter() - t0:.0f} s)", flush=True)
 
-        hand = []
-        for cfg in hand_configs(name):
-            r = bench.run_config(cfg)
-            hand.append(r)
-            print(f"  hand {fmt(r.get('gflops')):>7} GFLOPS {r.get('error', '')} {json.dumps(r['config'])}", flush=True)
-        entry["hand"] = dict(summarize(hand), results=hand)
-        print(f"  hand best {fmt(entry['hand']['best_gflops'])} GFLOPS: {json.dumps(entry['hand']['best_config'])}",
-              flush=True)
-        space_best = entry["hand"]["best_gflops"] or 0
-        space_best_cfg = entry["hand"]["best_config"]
-        if (entry["random"]["best_gflops"] or 0) > space_best:
-            space_best, space_best_cfg = entry["random"]["best_gflops"], entry["random"]["best_config"]
-
-        if args.explore:
-            seen = {cfg_of(c) for c in configs} | {cfg_of(c) for c in hand_configs(name)}
-            pool, final = explore(bench, args, rng, seen)
-            best_e = summarize(final)
-            entry["explore"] = {"count": len(pool), "best_gflops": best_e["best_gflops"],
-                                "best_config": best_e["best_config"], "retimed": final,
-                                "quick_top": sorted((r for r in pool if r.get("gflops")),
-                                                    key=lambda r: -r["gflops"])[:20]}
-            print(f"  explore best (re-timed) {fmt(best_e['best_gflops'])} GFLOPS: "
-                  f"{json.dumps(best_e['best_config'])}", flush=True)
-            if (best_e["best_gflops"] or 0) > space_best:
-                space_best, space_best_cfg = best_e["best_gflops"], best_e["best_config"]
-        entry["space_best_gflops"] = space_best or None
-        entry["space_best_config"] = space_best_cfg
-
-        entry["torch"] = bench.time_torch()
-        print(f"  torch {fmt(entry['torch']['gflops'])} GFLOPS, 1 thread {fmt(entry['torch']['gflops_1thread'])} "
-              f"(ok={entry['torch']['ok']}, other load {entry['torch']['other_load']})", flush=True)
-
-        if args.ms_trials:
-            t0 = time.perf_counter()
-            try:
-                entry["metaschedule"] = bench.tune_metaschedule()
-            except Exception as err:
-                entry["metaschedule"] = {"error": f"{type(err).__name__}: {err}"[:500]}
-            print(f"  MetaSchedule@{args.ms_trials} {fmt(entry['metaschedule'].get('gflops'))} GFLOPS "
-                  f"(own runner best {fmt(entry['metaschedule'].get('ms_own_best_gflops'))}, "
-                  f"ok={entry['metaschedule'].get('ok')}, {time.perf_counter() - t0:.0f} s)", flush=True)
-        else:
-            entry["metaschedule"] = {}
-        if args.final_rounds:
-            entry["final"] = head_to_head(bench, entry, args)
-            print("  head-to-head: " + ", ".join(f"{k} {fmt(v['gflops'])}{'' if v['quiet'] else ' (disturbed)'}"
-                                                for k, v in entry["final"].items()), flush=True)
-        report["workloads"][name] = entry
-
-    report["disturbed"] = timer.disturbed
-    report["measurements"] = timer.measurements
-    report["quiet_waited_s"] = round(timer.waited, 1)
-    report["total_s"] = round(time.perf_counter() - t_start, 1)
-    print()
-    print_table(report)
-    print(f"\n(disturbed measurements: {timer.disturbed} of {timer.measurements}; waited {timer.waited:.0f} s "
-          f"for a quiet CPU; total {report['total_s']} s)")
-    for name, e in report["workloads"].items():
-        print(f"{name} space best config ({fmt(e['space_best_gflops'])} GFLOPS): {json.dumps(e['space_best_config'])}")
+def main(argv: list[str] | None = None) -> int:
+    """Runs every phase on each workload asked for; prints the table and writes the report."""
+    args = parse_args(argv)
+    quiet = Quiet(cores=args.quiet_cores, wait_s=args.quiet_wait, budget_s=args.quiet_budget)
+    report = start_report(args)
+    m = report["machine"]
+    print(f"cores={m['cores']} TVM_NUM_THREADS={m['tvm_threads']} torch threads={m['torch_threads']} "
+          f"model={m['cpu']}", flush=True)
+    started = time.perf_counter()
+    report["workloads"] = {name: run_workload(name, args, quiet) for name in args.workloads}
+    report.update(disturbed=quiet.disturbed, measurements=quiet.measurements,
+                  quiet_waited_s=round(quiet.waited_s, 1), total_s=round(time.perf_counter() - started, 1))
+    print_summary(report)
     if not args.no_write:
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        stem = args.out_dir / f"space_quality-{today}"
-        stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
-        write_markdown(report, stem.with_suffix(".md"))
+        stem = args.out_dir / f"space_quality-{report['date']}"
+        write_report(stem, report, markdown(report))
         print(f"wrote {stem}.md and .json")
     return 0
 

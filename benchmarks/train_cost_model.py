@@ -1,6 +1,6 @@
 """Train and evaluate the rankers on measured records; ship the LightGBM model.
 
-    python benchmarks/train_cost_model.py --records cost_model/data/cpu_dense.jsonl --ship
+    python -m benchmarks.train_cost_model --records cost_model/data/cpu_dense.jsonl --ship
 Evaluation is leave-one-workload-out: each workload of --records is ranked by a model that never
 saw it, trained on the other workloads of --records and on every workload of --train-only.
 It reports LightGBM as shipped (`PRETRAINED_PARAMS`) with all features, with PerStoreFeature's
@@ -8,7 +8,7 @@ alone and without the train-only workloads, LightGBM with the online ranker's de
 torch ranker; and references for reading them: LightGBM trained on 70% of the
 held-out workload's own records (what the features allow without transfer), one timing repeat
 ranking another (back-to-back noise) and, where configs were timed in two passes
-(`collect.py --passes 2`), one pass ranking the other (the host's drift minutes apart).
+(`benchmarks.collect --passes 2`), one pass ranking the other (the host's drift minutes apart).
 A config timed twice counts once, with its fastest timing. Last, the shipped recipe ranks the
 workloads of --other-host, records of another CPU that it never trained on, and, for comparison,
 each of them once that CPU's other workloads join its training.
@@ -17,16 +17,22 @@ each of them once that CPU's other workloads join its training.
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
-import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from benchmarks.common import RESULTS, today, write_report
 
-def evaluate(dataset, make_model, columns, train_only) -> dict:
+if TYPE_CHECKING:
+    from cost_model import Dataset, LightGBMRanker
+    from search.records import RecordStore
+
+
+def evaluate(dataset: Dataset, make_model: Callable[[], Any], columns: np.ndarray, train_only: Dataset) -> dict:
     """Each workload ranked by a model trained on the others and on `train_only` only."""
     from cost_model import dataset_metrics, split_by_workload
     from cost_model.dataset import join
@@ -42,7 +48,7 @@ def evaluate(dataset, make_model, columns, train_only) -> dict:
     return mean_over_workloads(per_workload)
 
 
-def same_workload(dataset, make_model, train_fraction: float = 0.7, seed: int = 0) -> dict:
+def same_workload(dataset: Dataset, make_model: Callable[[], Any], train_fraction: float = 0.7, seed: int = 0) -> dict:
     """Each workload ranked on its other 30% by a model trained on 70% of its own records."""
     from cost_model.metrics import group_metrics, mean_over_workloads
 
@@ -57,7 +63,8 @@ def same_workload(dataset, make_model, train_fraction: float = 0.7, seed: int = 
     return mean_over_workloads(per_workload)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default="cost_model/data/cpu_dense.jsonl")
     parser.add_argument("--train-only", nargs="*", default=["cost_model/data/cpu_transfer.jsonl"],
@@ -65,63 +72,71 @@ def main() -> None:
     parser.add_argument("--other-host", nargs="*", default=["cost_model/data/cpu_other_host.jsonl"],
                         help="record files of another CPU whose workloads only ever test (none: skip)")
     parser.add_argument("--ship", action="store_true", help="train on all records and write the shipped model")
-    parser.add_argument("--out", default="benchmarks/results")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    return parser.parse_args()
 
-    from cost_model import FEATURE_NAMES, LightGBMRanker, TorchRanker, dataset_metrics, records_to_dataset
-    from cost_model.dataset import files_to_dataset, join
+
+def shipped() -> Callable[[], LightGBMRanker]:
+    """A maker of LightGBM rankers with the shipped model's parameters."""
+    from cost_model import LightGBMRanker
+    from cost_model.pretrained import PRETRAINED_PARAMS
+
+    return functools.partial(LightGBMRanker, **PRETRAINED_PARAMS)
+
+
+def model_table(store: RecordStore, dataset: Dataset, train_only: Dataset) -> dict[str, dict]:
+    """Each model variant's leave-one-workload-out metrics, then the references that read them."""
+    from cost_model import FEATURE_NAMES, LightGBMRanker, TorchRanker
+    from cost_model.dataset import join
     from cost_model.features import BASE_COLUMNS
     from cost_model.metrics import pass_agreement, repeat_agreement
-    from cost_model.pretrained import PRETRAINED_PARAMS, fit_pretrained, pretrained_path
-    from tuner import RecordStore
 
-    started = time.monotonic()
-    store = RecordStore(args.records)
-    dataset = records_to_dataset(store)
-    train_only = files_to_dataset(args.train_only)
-    extra = f" (+ {len(train_only.throughputs)} over {len(train_only.workloads)} train-only)" if train_only.workloads else ""
-    print(f"{len(dataset.throughputs)} records over {len(dataset.workloads)} workloads{extra}, "
-          f"features in {time.monotonic() - started:.1f} s")
     every = np.arange(len(FEATURE_NAMES))
     base = np.arange(len(FEATURE_NAMES))[BASE_COLUMNS]
-    shipped = functools.partial(LightGBMRanker, **PRETRAINED_PARAMS)
     variants = {
-        "lightgbm as shipped, all features": (shipped, every),
-        "lightgbm as shipped, PerStoreFeature only": (shipped, base),
+        "lightgbm as shipped, all features": (shipped(), every),
+        "lightgbm as shipped, PerStoreFeature only": (shipped(), base),
         "lightgbm with the online defaults, all features": (LightGBMRanker, every),
         "torch MLP, all features": (TorchRanker, every),
     }
     table = {name: evaluate(dataset, make, cols, train_only) for name, (make, cols) in variants.items()}
     if train_only.workloads:
-        table["lightgbm as shipped, without the train-only workloads"] = evaluate(dataset, shipped, every, join())
-    table["reference: lightgbm trained on 70% of the same workload"] = same_workload(dataset, shipped)
+        table["lightgbm as shipped, without the train-only workloads"] = evaluate(dataset, shipped(), every, join())
+    table["reference: lightgbm trained on 70% of the same workload"] = same_workload(dataset, shipped())
     table["reference: one timing repeat ranking another"] = repeat_agreement(store)
     passes = pass_agreement(store)
     if passes["per_workload"]:
         table["reference: one timing pass ranking another, minutes later"] = passes
-    seen = join(dataset, train_only)  # all that the shipped model trains on
-    other = files_to_dataset(args.other_host)
-    final = fit_pretrained(seen) if other.workloads or args.ship else None
-    other_table = {}
-    if other.workloads:
-        other_table = {"lightgbm as shipped": dataset_metrics(final, other),
-                       "lightgbm as shipped, the host's other workloads trained on too": evaluate(
-                           other, shipped, every, seen)}
+    return table
 
-    def row(name: str, m: dict) -> str:
-        return f"| {name} | {m['pairwise_accuracy']:.3f} | {m['spearman']:.3f} | {m['top1']:.3f} | {m['top5']:.3f} |"
 
+def other_host_table(other: Dataset, seen: Dataset, final: LightGBMRanker) -> dict[str, dict]:
+    """The shipped recipe (`final`, trained on `seen`) ranking another host's workloads, and the
+    same once that host's other workloads join its training."""
+    from cost_model import FEATURE_NAMES, dataset_metrics
+
+    return {"lightgbm as shipped": dataset_metrics(final, other),
+            "lightgbm as shipped, the host's other workloads trained on too": evaluate(
+                other, shipped(), np.arange(len(FEATURE_NAMES)), seen)}
+
+
+def row(name: str, m: dict) -> str:
+    """A Markdown table row of one model's metrics."""
+    return f"| {name} | {m['pairwise_accuracy']:.3f} | {m['spearman']:.3f} | {m['top1']:.3f} | {m['top5']:.3f} |"
+
+
+def report_text(table: dict[str, dict], other_table: dict[str, dict], other: Dataset, other_paths: list[str]) -> str:
+    """The Markdown tables: every model, another host's workloads, and per held-out workload."""
     header = ["| model | pairwise accuracy | spearman | top-1 | top-5 |", "|---|---|---|---|---|"]
     lines = header + [row(name, m) for name, m in table.items()]
     if other_table:
-        lines += ["", f"On another host's records ({' '.join(args.other_host)}: {len(other.throughputs)} records over "
+        lines += ["", f"On another host's records ({' '.join(other_paths)}: {len(other.throughputs)} records over "
                   f"{len(other.workloads)} workloads), each workload ranked by a model that never saw it, trained "
                   f"on all the records above:", ""]
         lines += header + [row(name, m) for name, m in other_table.items()]
     lines += ["", "Per held-out workload (lightgbm as shipped, all features):", "",
               "| workload | pairwise | spearman | top-1 | top-5 |", "|---|---|---|---|---|"]
-    for w, m in table["lightgbm as shipped, all features"]["per_workload"].items():
-        lines.append(row(w, m))
+    lines += [row(w, m) for w, m in table["lightgbm as shipped, all features"]["per_workload"].items()]
     if other_table:
         alone, together = (m["per_workload"] for m in other_table.values())
         lines += ["", "Per workload of the other host (as shipped; with the host's other workloads trained on too):",
@@ -132,18 +147,39 @@ def main() -> None:
             a, b = alone[w], together[w]
             lines.append(f"| {w} | {a['pairwise_accuracy']:.3f} | {a['top5']:.3f} | {b['pairwise_accuracy']:.3f} "
                          f"| {b['top5']:.3f} |")
-    report = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Evaluates every model, writes the report and, with --ship, the shipped model."""
+    args = parse_args()
+
+    from cost_model import records_to_dataset
+    from cost_model.dataset import files_to_dataset, join
+    from cost_model.pretrained import fit_pretrained, pretrained_path
+    from search.records import RecordStore
+
+    started = time.monotonic()
+    store = RecordStore(args.records)
+    dataset = records_to_dataset(store)
+    train_only = files_to_dataset(args.train_only)
+    extra = (f" (+ {len(train_only.throughputs)} over {len(train_only.workloads)} train-only)"
+             if train_only.workloads else "")
+    print(f"{len(dataset.throughputs)} records over {len(dataset.workloads)} workloads{extra}, "
+          f"features in {time.monotonic() - started:.1f} s")
+    table = model_table(store, dataset, train_only)
+    seen = join(dataset, train_only)  # all that the shipped model trains on
+    other = files_to_dataset(args.other_host)
+    final = fit_pretrained(seen) if other.workloads or args.ship else None
+    other_table = other_host_table(other, seen, final) if other.workloads else {}
+    report = report_text(table, other_table, other, args.other_host)
     print(report)
-    today = datetime.date.today().isoformat()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"cost_model-{today}.md").write_text(
-        f"# Cost model, leave-one-workload-out ({len(dataset.throughputs)} records, "
-        f"{len(dataset.workloads)} workloads{extra})\n\nCommand: `python benchmarks/train_cost_model.py --records "
-        f"{args.records} --train-only {' '.join(args.train_only)} --other-host {' '.join(args.other_host)}`\n\n"
-        f"{report}\n")
     table.update({f"other host: {name}": m for name, m in other_table.items()})
-    (out / f"cost_model-{today}.json").write_text(json.dumps(table, indent=1))
+    write_report(args.out / f"cost_model-{today()}", table,
+                 f"# Cost model, leave-one-workload-out ({len(dataset.throughputs)} records, "
+                 f"{len(dataset.workloads)} workloads{extra})\n\nCommand: `python -m benchmarks.train_cost_model "
+                 f"--records {args.records} --train-only {' '.join(args.train_only)} "
+                 f"--other-host {' '.join(args.other_host)}`\n\n{report}\n")
     if args.ship:
         path = pretrained_path("llvm")
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Our tuner against MetaSchedule at 64 and 256 trials on matmul 512^3, a BERT GEMM and a ResNet-50
-3x3 conv (CPU): `compare.py` with these defaults, writing `vs_metaschedule-<date>-<target>.*`.
+3x3 conv (CPU): `benchmarks.compare` with these defaults, writing `vs_metaschedule-<date>-<target>.*`.
 
-    python benchmarks/vs_metaschedule.py
+    python -m benchmarks.vs_metaschedule
 
 The search overhead column is our tuning wall time minus the time the measurement harness spent
 building and running candidates (its worker processes included), as a fraction of the wall time.
@@ -9,7 +9,7 @@ building and running candidates (its worker processes included), as a fraction o
 
 import sys
 
-from compare import main
+from benchmarks.compare import main
 
 WORKLOADS = (
     "matmul(M=512,N=512,K=512,float32)",

@@ -1,0 +1,454 @@
+"""What the benchmarks share: this machine's facts, timings on a shared CPU, one timing protocol,
+the vendor libraries' versions of a workload, and one MetaSchedule driver.
+
+Importing it sets TVM_NUM_THREADS to the cores this process may run on (unless it is set already),
+so every benchmark imports it before anything that imports TVM.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import logging
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from search import TargetInfo
+    from workloads import Workload
+
+CORES = len(os.sched_getaffinity(0))
+os.environ.setdefault("TVM_NUM_THREADS", str(CORES))  # read once, at the first `import tvm`
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+PACKAGES = ("apache-tvm", "apache-tvm-ffi", "torch", "numpy", "lightgbm", "xgboost")
+GEMMS = ("matmul", "batch_matmul")
+BUILDER_TIMEOUT_S = 120.0  # MetaSchedule's own default, 30 s, fails builds on a loaded 2-core host
+
+Timing = tuple[float, float]  # (seconds, cores that other processes used meanwhile)
+
+
+# --- this run and this machine ---------------------------------------------------------------------
+
+def today() -> str:
+    """The date that names a report's files."""
+    return datetime.date.today().isoformat()
+
+
+def command() -> str:
+    """The command line as it was typed, so that a report says how to make it again."""
+    return shlex.join(["python", *sys.orig_argv[1:]])
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    """A number for a report's table; '-' where there is none."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def write_report(stem: Path, report: Any, markdown: str) -> None:
+    """`<stem>.json` and `<stem>.md`, the folder made if need be: the two files of every report."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
+    stem.with_suffix(".md").write_text(markdown)
+
+
+def versions() -> dict[str, str]:
+    """Python's, the libraries' and this repository's commit: what every figure depends on."""
+    found = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return found
+    if commit.returncode == 0:
+        found["commit"] = commit.stdout.strip()
+    return found
+
+
+def _lscpu() -> dict[str, str]:
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return {name.strip(): value.strip() for name, value in pairs}
+
+
+def torch_on_all_cores() -> Any:
+    """torch, running on every core this process may use, as TVM does: both sides get the same cores."""
+    import torch
+
+    torch.set_num_threads(CORES)
+    return torch
+
+
+def machine(target: TargetInfo) -> dict[str, Any]:
+    """The CPU (and GPU), its caches and the threads each side runs on: what a timing means."""
+    torch = torch_on_all_cores()
+    cpu = _lscpu()
+    flags = cpu.get("Flags", "").split()
+    info = {"cpu": cpu.get("Model name") or platform.processor() or platform.machine(), "cores": CORES,
+            "cpus": cpu.get("CPU(s)"), "threads_per_core": cpu.get("Thread(s) per core"),
+            "l1d": cpu.get("L1d cache"), "l2": cpu.get("L2 cache"), "l3": cpu.get("L3 cache"),
+            "avx2": "avx2" in flags, "avx512f": "avx512f" in flags, "hypervisor": cpu.get("Hypervisor vendor"),
+            "target": target.key, "tvm_threads": int(os.environ["TVM_NUM_THREADS"]),
+            "torch_threads": torch.get_num_threads()}
+    if target.is_cuda:
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+# --- timings on a shared CPU -------------------------------------------------------------------------
+# On a 2-core machine one busy core can slow a 2-thread kernel several times over (TVM's thread
+# pool waits for its slowest thread), so every timing records how disturbed it was.
+
+def _system_busy() -> float:
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class CpuWatch:
+    """Context manager: `.other` is the mean number of cores that other processes used meanwhile."""
+
+    def __enter__(self) -> CpuWatch:
+        self.busy, self.own, self.started = _system_busy(), _own_cpu(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = max(time.perf_counter() - self.started, 1e-6)
+        self.other = max(0.0, (_system_busy() - self.busy) - (_own_cpu() - self.own)) / wall
+
+
+def wait_quiet(threshold: float, max_wait_s: float) -> float:
+    """Wait until other processes use under `threshold` cores (sampled over 0.5 s), at most
+    `max_wait_s`; returns the last load seen."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        with CpuWatch() as watch:
+            time.sleep(0.5)
+        if watch.other < threshold or time.monotonic() >= deadline:
+            return watch.other
+
+
+@dataclass
+class Quiet:
+    """Timings on a shared CPU: before each, a wait (at most `wait_s`, and `budget_s` over the run)
+    until other processes use under `cores` cores; a timing during which they used more counts as
+    disturbed. `measurements` and `disturbed` count the timings kept."""
+
+    cores: float = 0.25
+    wait_s: float = 60.0
+    budget_s: float = math.inf
+    waited_s: float = 0.0
+    measurements: int = 0
+    disturbed: int = 0
+
+    def is_quiet(self, timing: Timing) -> bool:
+        """Whether other processes left the CPU alone during `timing`."""
+        return timing[1] < self.cores
+
+    def wait(self, wait_s: float | None = None) -> None:
+        """Wait for a quiet CPU, at most `wait_s` (default: `self.wait_s`) and what the budget has left."""
+        allowed = min(self.wait_s if wait_s is None else wait_s, max(0.0, self.budget_s - self.waited_s))
+        started = time.monotonic()
+        wait_quiet(self.cores, allowed)
+        self.waited_s += time.monotonic() - started
+
+    def timed(self, fn: Callable[[], float], wait_s: float | None = None) -> Timing:
+        """`fn()` (which returns seconds) after a quiet wait, with the other processes' load meanwhile."""
+        self.wait(wait_s)
+        with CpuWatch() as watch:
+            seconds = fn()
+        return seconds, watch.other
+
+    def measure(self, fn: Callable[[], float], retries: int = 0, wait_s: float | None = None) -> Timing:
+        """The least disturbed of up to `retries + 1` timings, which stop at the first quiet one or
+        once the budget is spent: a disturbed timing is taken again rather than kept."""
+        best = self.timed(fn, wait_s)
+        for _ in range(retries):
+            if self.is_quiet(best) or self.waited_s >= self.budget_s:
+                break
+            best = min(best, self.timed(fn, wait_s), key=lambda t: t[1])
+        return self._counted(best)
+
+    def head_to_head(self, sides: dict[str, Callable[[], float]], rounds: int,
+                     wait_s: float | None = None) -> dict[str, list[Timing]]:
+        """Each side timed once per round, the order rotating from round to round, so that a quiet
+        window serves every side and a slow drift of the machine hits them alike."""
+        names = list(sides)
+        timings: dict[str, list[Timing]] = {name: [] for name in names}
+        for round_ in range(rounds):
+            turn = round_ % len(names)
+            for name in names[turn:] + names[:turn]:
+                timings[name].append(self.timed(sides[name], wait_s))
+        return timings
+
+    def kept(self, timings: Sequence[Timing]) -> Timing:
+        """The fastest quiet timing of a side, else its least disturbed one."""
+        quiet = [t for t in timings if self.is_quiet(t)]
+        return self._counted(min(quiet) if quiet else min(timings, key=lambda t: t[1]))
+
+    def _counted(self, timing: Timing) -> Timing:
+        self.measurements += 1
+        self.disturbed += not self.is_quiet(timing)
+        return timing
+
+
+# --- one timing protocol for every side -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TimingProtocol:
+    """How a program is timed: `repeat` means, each over at least `number` calls and `min_ms`
+    milliseconds; the median mean is kept."""
+
+    number: int = 1
+    repeat: int = 10
+    min_ms: int = 20
+
+
+class Timer:
+    """One workload's inputs on one device and the protocol every side is timed with: TVM kernels by
+    `time_evaluator` (on the CPU, its cache flushed between repeats), Python callables (the vendor
+    libraries) in loops of the same shape, warm: their best case."""
+
+    def __init__(self, workload: Workload, device_type: str = "cpu",
+                 protocol: TimingProtocol = TimingProtocol()) -> None:
+        import tvm
+
+        self.workload, self.protocol = workload, protocol
+        self.cuda = device_type == "cuda"
+        self.sync = torch_on_all_cores().cuda.synchronize if self.cuda else (lambda: None)
+        self.device = tvm.device(device_type, 0)
+        self.inputs = workload.random_inputs(0)
+        self.reference = workload.reference(*self.inputs)
+        self.args = [tvm.runtime.tensor(x, self.device) for x in self.inputs]
+        self.args += [tvm.runtime.empty(shape, workload.dtype, self.device) for shape in workload.output_shapes]
+
+    def gflops(self, seconds: float | None) -> float | None:
+        """The workload's throughput at `seconds` per run; None without a timing."""
+        return self.workload.flops / seconds / 1e9 if seconds else None
+
+    def matches(self, output: Any) -> bool:
+        """Whether an output (numpy array or torch tensor) is the reference within the workload's tolerance."""
+        values = output.cpu().numpy() if hasattr(output, "cpu") else np.asarray(output)
+        rtol, atol = self.workload.tolerance
+        return bool(np.allclose(values, self.reference, rtol=rtol, atol=atol))
+
+    def check(self, module: Any) -> bool:
+        """Whether a TVM kernel computes the reference; its output is poisoned first, so that a
+        kernel which writes nothing fails."""
+        out = self.args[-1]
+        out.copyfrom(np.full(out.shape, np.nan, dtype=self.workload.dtype))
+        module["main"](*self.args)
+        return self.matches(out.numpy())
+
+    def tvm(self, module: Any, protocol: TimingProtocol | None = None) -> float:
+        """Median seconds of a TVM kernel (`protocol` overrides the timer's)."""
+        p = protocol or self.protocol
+        evaluator = module.time_evaluator("main", self.device, number=p.number, repeat=p.repeat, min_repeat_ms=p.min_ms,
+                                          f_preproc="" if self.cuda else "cache_flush_cpu_non_first_arg")
+        return float(evaluator(*self.args).median)
+
+    def python(self, fn: Callable[[], Any], protocol: TimingProtocol | None = None) -> float:
+        """Median seconds of a callable, in the loops `time_evaluator` would time it in."""
+        p = protocol or self.protocol
+        for _ in range(3):
+            fn()
+        self.sync()
+        started = time.perf_counter()
+        fn()
+        self.sync()
+        number = max(p.number, math.ceil(p.min_ms / 1e3 / max(time.perf_counter() - started, 1e-7)))
+        means = []
+        for _ in range(p.repeat):
+            started = time.perf_counter()
+            for _ in range(number):
+                fn()
+            self.sync()
+            means.append((time.perf_counter() - started) / number)
+        return statistics.median(means)
+
+
+# --- the vendor libraries ---------------------------------------------------------------------------
+
+def _epilogue(torch: Any, out: Any, bias: Any, epilogue: str | None, channel_axis: int) -> Any:
+    if epilogue in ("bias", "bias_relu"):
+        shape = [1] * out.dim()
+        shape[channel_axis] = -1
+        out = out + bias.reshape(shape)
+    if epilogue in ("relu", "bias_relu"):
+        out = torch.relu(out)
+    return out
+
+
+def torch_fn(workload: Workload, inputs: Sequence[np.ndarray], device_type: str = "cpu") -> Callable[[], Any]:
+    """torch's version of `workload` (oneDNN/MKL on the CPU, cuBLAS/cuDNN on CUDA) over `inputs`
+    copied to the device once, so that only the computation is timed; returns a tensor."""
+    torch = torch_on_all_cores()
+    import torch.nn.functional as F
+
+    x = [torch.from_numpy(np.ascontiguousarray(a)).to(device_type) for a in inputs]
+    w = workload
+    epilogue = getattr(w, "epilogue", None)
+    bias = x[2] if len(x) > 2 else None
+    if w.op in GEMMS:
+        b = x[1].transpose(-1, -2) if w.transpose_b else x[1]
+        return lambda: _epilogue(torch, torch.matmul(x[0], b), bias, epilogue, -1)
+    if w.op == "conv2d" and w.layout == "NHWC":  # torch's channels_last: the memory layout of NHWC / HWIO
+        data = x[0].permute(0, 3, 1, 2)
+        weight = x[1].permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last)
+        return lambda: _epilogue(torch, F.conv2d(data, weight, stride=w.stride, padding=w.padding,
+                                                 dilation=w.dilation), bias, epilogue, 1).permute(0, 2, 3, 1)
+    if w.op in ("conv2d", "depthwise_conv2d"):
+        groups = w.C if w.op == "depthwise_conv2d" else 1
+        return lambda: _epilogue(torch, F.conv2d(x[0], x[1], stride=w.stride, padding=w.padding,
+                                                 dilation=w.dilation, groups=groups), bias, epilogue, 1)
+    raise ValueError(f"no torch version of {w.op}")
+
+
+def numpy_fn(workload: Workload, inputs: Sequence[np.ndarray]) -> Callable[[], np.ndarray]:
+    """numpy's (OpenBLAS) version of a GEMM workload over `inputs`."""
+    a = inputs[0]
+    b = np.swapaxes(inputs[1], -1, -2) if workload.transpose_b else inputs[1]  # a view, as BLAS takes it
+    bias = inputs[2] if len(inputs) > 2 else None
+    relu = getattr(workload, "epilogue", None) in ("relu", "bias_relu")
+
+    def run() -> np.ndarray:
+        out = np.matmul(a, b)
+        if bias is not None:
+            out += bias
+        if relu:
+            np.maximum(out, 0, out=out)
+        return out
+
+    return run
+
+
+def vendor_versions(timer: Timer) -> dict[str, Callable[[], Any]]:
+    """The vendor libraries' versions of the timer's workload over its inputs: torch always,
+    numpy for GEMMs on the CPU."""
+    device_type = "cuda" if timer.cuda else "cpu"
+    versions = {"torch": torch_fn(timer.workload, timer.inputs, device_type)}
+    if not timer.cuda and timer.workload.op in GEMMS:
+        versions["numpy"] = numpy_fn(timer.workload, timer.inputs)
+    return versions
+
+
+def vendor_sides(timer: Timer) -> dict[str, Callable[[], float]]:
+    """The vendor versions that compute the reference, each as a timing with the timer's protocol."""
+    return {name: (lambda fn=fn: timer.python(fn)) for name, fn in vendor_versions(timer).items()
+            if timer.matches(fn())}
+
+
+# --- MetaSchedule -----------------------------------------------------------------------------------
+
+def fast_build(mod: Any, target: Any, _params: Any) -> Any:
+    """MetaSchedule's default build without its `import tvm.s_tir.tensor_intrin`, which costs each
+    fresh build worker about 12 s."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return tvm.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+
+
+def metaschedule_builder(*, fast: bool = True, timeout_s: float = BUILDER_TIMEOUT_S,
+                         max_workers: int | None = None) -> Any:
+    """MetaSchedule's LocalBuilder, with `fast_build` unless `fast` is false. Its workers unpickle
+    `fast_build` by module name, so they are given this repository on their path."""
+    from tvm.s_tir import meta_schedule as ms
+
+    paths = [str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, paths)))
+    return ms.builder.LocalBuilder(max_workers=max_workers, timeout_sec=timeout_s,
+                                   f_build=fast_build if fast else None)
+
+
+@dataclass
+class MetaScheduleRun:
+    """MetaSchedule's tuning of one workload: its best program and how it got there."""
+
+    module: Any  # runtime module of the best program
+    trace: str  # the best program's schedule
+    seconds: float  # from the start of tuning to the compiled best program
+    curve: list[tuple[float, float]]  # (seconds, best GFLOPS so far) after each measured candidate
+    latencies: list[float]  # seconds, by MetaSchedule's own runner, of each candidate that ran
+
+    @property
+    def best_latency(self) -> float | None:
+        """The best candidate's latency by MetaSchedule's own runner; None if none ran."""
+        return min(self.latencies, default=None)
+
+
+def _recorder(flops: float, started: float, curve: list[tuple[float, float]], latencies: list[float]) -> Any:
+    """A measure callback that records each candidate's latency and the best GFLOPS so far."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    @derived_object
+    class Recorder(ms.measure_callback.PyMeasureCallback):
+        def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any,
+                  runner_results: Any) -> None:
+            now = time.monotonic() - started
+            for result in runner_results:
+                if result.error_msg is None and result.run_secs:
+                    latencies.append(float(np.median([float(s) for s in result.run_secs])))
+                curve.append((now, flops / min(latencies) / 1e9 if latencies else 0.0))
+
+    return Recorder()
+
+
+def tune_metaschedule(workload: Workload, target: TargetInfo, trials: int, *, seed: int = 0, per_iter: int = 64,
+                      evaluator: TimingProtocol = TimingProtocol(number=1, repeat=3, min_ms=20),
+                      builder_timeout_s: float = BUILDER_TIMEOUT_S) -> MetaScheduleRun:
+    """MetaSchedule's `tune_tir` (XGBoost cost model, evolutionary search) on every core: the
+    reference this tuner is measured against. `evaluator` is its runner's timing protocol."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    mod = tvm.IRModule({"main": workload.prim_func()})
+    runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
+        number=evaluator.number, repeat=evaluator.repeat, min_repeat_ms=evaluator.min_ms,
+        enable_cpu_cache_flush=not target.is_cuda))
+    curve: list[tuple[float, float]] = []
+    latencies: list[float] = []
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="metaschedule-") as work_dir:
+        database = ms.tune_tir(mod, target.tvm, work_dir, max_trials_global=trials,
+                               num_trials_per_iter=min(per_iter, trials),
+                               builder=metaschedule_builder(fast=not target.is_cuda, timeout_s=builder_timeout_s),
+                               runner=runner, seed=seed, num_tuning_cores=CORES,
+                               measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                                                  _recorder(workload.flops, started, curve, latencies)])
+        schedule = ms.tir_integration.compile_tir(database, mod, target.tvm)
+    if schedule is None:
+        raise RuntimeError(f"MetaSchedule found no working program of {workload.key}")
+    module = tvm.compile(schedule.mod, target=target.tvm).mod
+    return MetaScheduleRun(module, str(schedule.trace), time.monotonic() - started, curve, latencies)
