@@ -16,12 +16,14 @@ if TYPE_CHECKING:
 
     from .api import SuiteResult, apply_best, tune, tune_suite
     from .loop import run
+    from .model import ModelResult, tune_model
     from .measure import Harness, LocalBuilder, LocalRunner, Measurer, ReplayMeasurer, RPCRunner
     from .result import Kernel, TuneResult
     from .session import Session
 
 _EXPORTS = {
     "tune": ".api", "tune_suite": ".api", "apply_best": ".api", "SuiteResult": ".api", "run": ".loop",
+    "tune_model": ".model", "ModelResult": ".model",
     "Session": ".session", "TuneResult": ".result", "Kernel": ".result", "Measurer": ".measure",
     "Harness": ".measure", "LocalBuilder": ".measure", "LocalRunner": ".measure", "RPCRunner": ".measure",
     "ReplayMeasurer": ".measure", "RecordStore": "search.records", "RecordError": "search.records",

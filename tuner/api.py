@@ -140,25 +140,37 @@ class SuiteResult:
 
 def tune_suite(suite: Suite, target: Any = "llvm", *, trials: int = 2000, records: str | None = None,
                seed: int = 0, strategy: str = "evolutionary", model: str | CostModel = "lightgbm",
-               pretrained: bool = True, progress: bool = True, batch_size: int = BATCH_SIZE,
-               measurer: Measurer | None = None) -> SuiteResult:
+               pretrained: bool = True, progress: bool = True, time_budget_s: float | None = None,
+               batch_size: int = BATCH_SIZE, measurer: Measurer | None = None) -> SuiteResult:
     """Share `trials` over the suite's workloads and one cost model; the next batch goes to the
-    workload whose weighted latency is expected to drop most (`loop.GradientScheduler`)."""
-    _check_budget(trials, None, None, batch_size)
+    workload whose weighted latency is expected to drop most (`loop.GradientScheduler`). Stops at
+    `trials` or `time_budget_s`; Ctrl-C stops it too, with every finished measurement saved."""
+    _check_budget(trials, time_budget_s, None, batch_size)
+    start = time.monotonic()
     resolved = resolve_target(target)
     with _measurer_for(measurer, resolved) as used:
         sessions = _suite_sessions(suite, resolved, model, records, strategy=strategy, pretrained=pretrained,
                                    seed=seed)
 
+        layers = {s.workload.key: e.layer for e, s in zip(suite, sessions)}
+        last = [sessions[0]]
+
         def postfix() -> dict[str, Any]:
             total = sum(e.weight * s.best_latency for e, s in zip(suite, sessions))
-            flops = sum(e.workload.flops * e.weight for e in suite)
-            return {"best": f"{flops / total / 1e9 if np.isfinite(total) else 0.0:.1f} GFLOPS",
+            return {"layers": f"{total * 1e3:.3g} ms" if np.isfinite(total) else "-",
+                    "task": layers[last[0].workload.key][:40],
                     "errors": sum(sum(s.errors().values()) for s in sessions)}
 
+        def stop() -> bool:
+            return time_budget_s is not None and time.monotonic() - start >= time_budget_s
+
         with _progress(trials, suite.name, progress, postfix) as bar:
-            run(sessions, used, trials, batch_size=batch_size,
-                scheduler=GradientScheduler([e.weight for e in suite]), on_batch=bar)
+            def on_batch(session: Session, count: int) -> None:
+                last[0] = session
+                bar(session, count)
+
+            run(sessions, used, trials, batch_size=batch_size, scheduler=GradientScheduler([e.weight for e in suite]),
+                stop=stop, on_batch=on_batch)
     return SuiteResult(suite, {s.workload.key: _result(s) for s in sessions})
 
 

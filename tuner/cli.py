@@ -75,6 +75,18 @@ def _parser() -> argparse.ArgumentParser:
     run_options(suite)
     suite.set_defaults(trials=2000)
 
+    model = commands.add_parser("model", help="tune every matrix product and convolution of a PyTorch model")
+    model.add_argument("name", nargs="?", help="a model of the zoo: resnet50, mobilenet_v2, bert_base, "
+                                               "llama_7b_prefill or llama_7b_decode")
+    model.add_argument("--module", help="your own model instead: package.module:factory, a function of no "
+                                        "arguments returning the torch.nn.Module")
+    model.add_argument("--input-shape", action="append", default=[],
+                       help="the shape of an input of your model, e.g. 1,3,224,224 (once per input)")
+    model.add_argument("--input-dtype", default="float32", help="dtype of those inputs (default float32)")
+    model.add_argument("--time-budget", type=float, help="seconds")
+    run_options(model)
+    model.set_defaults(trials=2000)
+
     best = commands.add_parser("best", help="the best of each workload in a records file")
     best.add_argument("records")
     best.add_argument("--json", action="store_true")
@@ -103,6 +115,53 @@ def _workload(args: argparse.Namespace) -> Workload:
     if given:
         raise UsageError(f"{args.op} does not take --{given[0].replace('_', '-')}")
     return make(args.op, **params)
+
+
+def _user_model(spec: str, shapes: list[str], dtype: str) -> tuple[Any, tuple[Any, ...]]:
+    """`package.module:factory` called, and random inputs of the given shapes."""
+    import importlib
+
+    import torch
+
+    module_name, _, factory_name = spec.partition(":")
+    if not module_name or not factory_name:
+        raise UsageError(f"--module must look like package.module:factory, got {spec!r}")
+    try:
+        factory = getattr(importlib.import_module(module_name), factory_name)
+    except (ImportError, AttributeError) as err:
+        raise UsageError(f"--module {spec}: {err}") from None
+    model = factory()
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"--module {spec} returned a {type(model).__name__}, not a torch.nn.Module")
+    if not shapes:
+        raise UsageError("--module needs --input-shape, once per input of the model")
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise UsageError(f"--input-dtype {dtype!r} is not a torch dtype")
+    inputs = []
+    for text in shapes:
+        try:
+            shape = [int(s) for s in text.split(",")]
+        except ValueError:
+            raise UsageError(f"--input-shape must be comma-separated integers, got {text!r}") from None
+        tensor_dtype = getattr(torch, dtype)
+        inputs.append(torch.randn(shape).to(tensor_dtype) if tensor_dtype.is_floating_point
+                      else torch.randint(0, 2, shape, dtype=tensor_dtype))
+    return model, tuple(inputs)
+
+
+def _model(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], str]:
+    """The model to tune, its example inputs and its name, from the zoo or the user's module."""
+    from workloads.models import ZOO, zoo_model
+
+    if (args.name is None) == (args.module is None):
+        raise UsageError("give a zoo model name or --module package.module:factory (one of them)")
+    if args.module is not None:
+        model, inputs = _user_model(args.module, args.input_shape, args.input_dtype)
+        return model, inputs, args.module.rpartition(":")[2]
+    if args.name not in ZOO:
+        raise UsageError(f"unknown model {args.name!r}; the zoo has {', '.join(ZOO)}")
+    model, inputs = zoo_model(args.name)
+    return model, inputs, args.name
 
 
 def _target(text: str) -> Any:
@@ -181,6 +240,7 @@ def run(argv: list[str] | None = None) -> int:
         raise UsageError(f"--trials must be a positive integer, got {args.trials}")
     workload = _workload(args) if args.command == "tune" else None
     suite = workloads.load_suite(args.name) if args.command == "suite" else None
+    model = _model(args) if args.command == "model" else None
     target = _target(args.target)
     import tuner
 
@@ -190,6 +250,14 @@ def run(argv: list[str] | None = None) -> int:
     if workload is not None:
         result = tuner.tune(workload, time_budget_s=args.time_budget, early_stopping=args.early_stopping, **options)
         return _report([result], args.json)
+    if model is not None:
+        module, inputs, name = model
+        tuned = tuner.tune_model(module, inputs, name=name, time_budget_s=args.time_budget, **options)
+        captured = tuned.suite
+        return _report(list(tuned.tuned.results.values()), args.json, {
+            "capture": captured.method, "coverage_of_gemm_conv_flops": round(captured.coverage, 4),
+            "coverage_of_all_flops": round(captured.coverage_of_all, 4),
+            "left_to_torch": ", ".join(captured.left_to_torch), "estimated_layers_latency_s": tuned.estimated_latency})
     assert suite is not None  # the command is "suite"
     outcome = tuner.tune_suite(suite, **options)
     return _report(list(outcome.results.values()), args.json, {"weighted_latency_s": outcome.weighted_latency})

@@ -44,7 +44,7 @@ def _cli(*args, **kwargs):
 
 def test_sigkill_five_times_then_resume_loses_nothing_and_repeats_nothing(tmp_path):
     records = tmp_path / "runs.jsonl"
-    command = [sys.executable, "-m", "tuner.cli", "tune", "matmul", "--shape", "32,32,16", "--trials", "24",
+    command = [sys.executable, "-m", "tuner.cli", "tune", "matmul", "--shape", "32,32,16", "--trials", "16",
                "--batch-size", "2", "--records", str(records), "--quiet"]
     temp = tmp_path / "temp"
     temp.mkdir()
@@ -65,7 +65,7 @@ def test_sigkill_five_times_then_resume_loses_nothing_and_repeats_nothing(tmp_pa
         now = [json.dumps(r["config"], sort_keys=True) for r in RecordStore(records)]
         assert now[: len(seen)] == seen  # every finished measurement survived
         seen = now
-    assert _cli("tune", "matmul", "--shape", "32,32,16", "--trials", "24", "--batch-size", "2",
+    assert _cli("tune", "matmul", "--shape", "32,32,16", "--trials", "16", "--batch-size", "2",
                 "--records", str(records), "--quiet", env=env).returncode == 0
     final = [json.dumps(r["config"], sort_keys=True) for r in RecordStore(records)]
     assert final[: len(seen)] == seen

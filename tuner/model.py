@@ -1,0 +1,44 @@
+"""`tune_model`: a PyTorch model's matrix products and convolutions, captured as a suite
+(`workloads.from_torch`) and tuned with one budget and one cost model (`tune_suite`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workloads import ModelSuite, from_torch
+
+from .api import SuiteResult, tune_suite
+
+
+@dataclass
+class ModelResult:
+    """What tuning a model found: the captured suite (coverage, ops left to torch) and, per layer,
+    the best kernel measured."""
+
+    suite: ModelSuite
+    tuned: SuiteResult
+
+    @property
+    def estimated_latency(self) -> float:
+        """Seconds the captured layers take with their best kernels (weight x best latency)."""
+        return self.tuned.weighted_latency
+
+    def table(self) -> Any:
+        """A pandas DataFrame, one row per distinct layer: weight, trials, best latency, GFLOPS."""
+        return self.tuned.table()
+
+
+def tune_model(model: Any, example_inputs: Sequence[Any], target: Any = "llvm", *, trials: int = 2000,
+               records: str | None = None, seed: int = 0, time_budget_s: float | None = None,
+               progress: bool = True, name: str | None = None, **options: Any) -> ModelResult:
+    """Capture `model` (a `torch.nn.Module`, run in eval mode) on `example_inputs` and tune its
+    layers, resumable from `records`; `options` go to `tune_suite` (strategy, batch_size, measurer...)."""
+    suite = from_torch(model, example_inputs, name=name)
+    if not suite.entries:
+        raise ValueError(f"no layer of {type(model).__name__} can be tuned; all stays in torch: "
+                         + ", ".join(suite.left_to_torch))
+    tuned = tune_suite(suite, target, trials=trials, records=records, seed=seed, time_budget_s=time_budget_s,
+                       progress=progress, **options)
+    return ModelResult(suite, tuned)
