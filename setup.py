@@ -30,9 +30,10 @@ setup(
         "filelock",
     ],
     extras_require={
-        # The tests and the type check; psutil: the RPC test reads which addresses servers listen on.
-        "dev": ["pytest", "pytest-timeout", "tornado", "nbclient", "nbformat", "ipykernel", "matplotlib", "mypy",
-                "psutil"],
+        # The tests and the type check. tornado and cloudpickle: TVM's RPC tracker and server; psutil:
+        # the RPC test reads which addresses the servers listen on.
+        "dev": ["pytest", "pytest-timeout", "tornado", "cloudpickle", "psutil", "nbclient", "nbformat", "ipykernel",
+                "matplotlib", "mypy"],
         # Only to run MetaSchedule as a baseline in benchmarks/; xgboost pulls a CUDA NCCL wheel.
         "baseline": ["xgboost", "psutil", "cloudpickle"],
     },

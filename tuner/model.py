@@ -19,11 +19,21 @@ class ModelResult:
 
     suite: ModelSuite
     tuned: SuiteResult
+    model: Any  # the torch.nn.Module tuned
+    example_inputs: tuple[Any, ...]
 
     @property
     def estimated_latency(self) -> float:
         """Seconds the captured layers take with their best kernels (weight x best latency)."""
         return self.tuned.weighted_latency
+
+    def module(self) -> Any:
+        """The model with its tuned layers running their best kernels (`tuner.optimize`)."""
+        from .torch_kernels import optimize
+
+        best = {key: result.best_config for key, result in self.tuned.results.items() if result.best_config}
+        target = next(iter(self.tuned.results.values())).target
+        return optimize(self.model, self.example_inputs, best, target)
 
     def table(self) -> Any:
         """A pandas DataFrame, one row per distinct layer: weight, trials, best latency, GFLOPS."""
@@ -41,4 +51,4 @@ def tune_model(model: Any, example_inputs: Sequence[Any], target: Any = "llvm", 
                          + ", ".join(suite.left_to_torch))
     tuned = tune_suite(suite, target, trials=trials, records=records, seed=seed, time_budget_s=time_budget_s,
                        progress=progress, **options)
-    return ModelResult(suite, tuned)
+    return ModelResult(suite, tuned, model, tuple(example_inputs))

@@ -25,7 +25,7 @@ def trial_table(rows: Sequence[Mapping[str, Any]]) -> Any:
 ALIGNMENT = 64  # bytes; TVM's buffers (and so its kernels) assume it
 
 
-def _aligned(tensor: Any) -> Any:
+def aligned(tensor: Any) -> Any:
     """The tensor itself, or a copy in torch's own (64-byte aligned) memory: from_numpy's is not."""
     return tensor if tensor.data_ptr() % ALIGNMENT == 0 else tensor.clone()
 
@@ -61,7 +61,7 @@ class Kernel:
         if is_torch:
             import torch
 
-            args = [tvm.runtime.from_dlpack(_aligned(x.contiguous())) for x in inputs]
+            args = [tvm.runtime.from_dlpack(aligned(x.contiguous())) for x in inputs]
             out = torch.empty(self.workload.output_shapes[0], dtype=getattr(torch, self.workload.dtype),
                               device=inputs[0].device)
             self.executable(*args, tvm.runtime.from_dlpack(out))

@@ -82,7 +82,7 @@ def _dtype(node: Any) -> str:
     return str(value.dtype).removeprefix("torch.") if value is not None and hasattr(value, "dtype") else ""
 
 
-def _op(node: Any) -> str:
+def op_name(node: Any) -> str:
     return str(node.target) if node.op == "call_function" else node.op
 
 
@@ -92,7 +92,7 @@ def _arg(node: Any, index: int, name: str, default: Any) -> Any:
     return node.kwargs.get(name, default)
 
 
-def _module(node: Any) -> str:
+def module_name(node: Any) -> str:
     """The model's own name for the node: the path of the torch layer (`nn.Linear`, `nn.Conv2d`) that
     computes it, else the path of the module whose code does, with the node's name."""
     stack = node.meta.get("nn_module_stack") or {}
@@ -106,7 +106,7 @@ def _module(node: Any) -> str:
 
 def _single_user(node: Any, ops: set[str]) -> Any | None:
     users = list(node.users)
-    return users[0] if len(users) == 1 and _op(users[0]) in ops else None
+    return users[0] if len(users) == 1 and op_name(users[0]) in ops else None
 
 
 def _uniform(values: Any, size: int = 2) -> int | None:
@@ -117,7 +117,7 @@ def _uniform(values: Any, size: int = 2) -> int | None:
 
 def _is_last_two_swap(node: Any) -> bool:
     """Whether a transpose-like node swaps exactly the last two dimensions of its input."""
-    op, rank = _op(node), len(_shape(node))
+    op, rank = op_name(node), len(_shape(node))
     if op == "aten.t.default":
         return True
     if op == "aten.transpose.int":
@@ -129,7 +129,7 @@ def _is_last_two_swap(node: Any) -> bool:
     return False
 
 
-class _Matcher:
+class LayerMatcher:
     """Turns supported nodes into workloads, folding the epilogues that follow them."""
 
     def __init__(self) -> None:
@@ -172,7 +172,7 @@ class _Matcher:
         a_shape, b_shape = _shape(a), _shape(b)
         if len(a_shape) < 2 or len(b_shape) < 2:
             return None  # products with vectors stay in torch
-        transposed = _op(b) in TRANSPOSE and _is_last_two_swap(b)
+        transposed = op_name(b) in TRANSPOSE and _is_last_two_swap(b)
         M, K = math.prod(a_shape[:-1]) if len(b_shape) == 2 else a_shape[-2], a_shape[-1]
         N = b_shape[-1]
         epilogue, fused, _ = self.epilogue(node, bias)
@@ -189,7 +189,7 @@ class _Matcher:
         bias = _arg(node, 2, "bias", None) is not None
         stride, padding, dilation = (_uniform(_arg(node, i, name, default)) for i, name, default in
                                      ((3, "stride", 1), (4, "padding", 0), (5, "dilation", 1)))
-        if _op(node) == "aten.convolution.default":
+        if op_name(node) == "aten.convolution.default":
             if node.args[6] or any(node.args[7]):
                 return None  # transposed convolution
             groups = node.args[8]
@@ -209,7 +209,7 @@ class _Matcher:
         return None  # grouped convolutions stay in torch
 
     def match(self, node: Any) -> Layer | None:
-        op = _op(node)
+        op = op_name(node)
         if _dtype(node) not in ("float32", "float16"):
             return None
         try:
@@ -228,7 +228,7 @@ class _Matcher:
 
 def _flops(node: Any) -> int:
     """FLOPs of a matrix product or convolution node, from its operand and output shapes."""
-    op, out = _op(node), _shape(node)
+    op, out = op_name(node), _shape(node)
     if op in CONV:
         weight = _shape(node.args[1])
         return 2 * math.prod(out) * math.prod(weight[1:])
@@ -296,23 +296,23 @@ def from_torch(model: "torch.nn.Module", example_inputs: Sequence[Any], name: st
     """The suite of `model`'s tunable layers on `example_inputs` (eval mode), with its coverage.
     Unsupported layers are never an error: they stay in torch and are listed."""
     graph, method = capture_graph(model, example_inputs)
-    matcher = _Matcher()
+    matcher = LayerMatcher()
     layers, left = [], Counter[str]()
     covered = gemm_conv = other = 0
     fused_away: set[str] = set()
     nodes = [n for n in graph.nodes if n.op == "call_function"]
     for node in nodes:
-        layer = matcher.match(node) if _op(node) in GEMM_CONV else None
-        if _op(node) in GEMM_CONV:
+        layer = matcher.match(node) if op_name(node) in GEMM_CONV else None
+        if op_name(node) in GEMM_CONV:
             flops = _flops(node)
             gemm_conv += flops
             if layer is not None:
                 covered += flops
-                layers.append(replace(layer, module=_module(node)))
+                layers.append(replace(layer, module=module_name(node)))
                 fused_away.update(layer.fused)
                 continue
         if node.name not in fused_away:
-            kind = _op(node).removeprefix("aten.").split(".")[0]
+            kind = op_name(node).removeprefix("aten.").split(".")[0]
             left[kind] += 1
             computes = kind not in NO_FLOPS and _dtype(node).startswith("float")
             other += math.prod(_shape(node)) if computes else 0

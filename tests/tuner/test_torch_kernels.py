@@ -1,0 +1,108 @@
+"""`optimize`: a model whose captured layers run tuned kernels, checked against the original."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import tuner.torch_kernels
+from search import template_for
+from tuner import optimize
+from tuner.result import Kernel
+from workloads import from_torch
+
+
+class OddModel(nn.Module):
+    """Odd shapes; BatchNorm and ReLU after a conv, a depthwise conv, attention-like products of
+    strided views, and Linears with and without bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(6)
+        self.depthwise = nn.Conv2d(6, 6, 3, groups=6, padding=1)
+        self.q = nn.Linear(6, 10)
+        self.k = nn.Linear(6, 10, bias=False)
+        self.head = nn.Linear(35 * 10, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.depthwise(torch.relu(self.bn(self.conv(x))))
+        tokens = x.flatten(2).transpose(1, 2)  # [1, 35, 6], a strided view
+        q, k = self.q(tokens), self.k(tokens)
+        scores = torch.matmul(q.view(1, 35, 2, 5).transpose(1, 2), k.view(1, 35, 2, 5).permute(0, 2, 3, 1))
+        mixed = torch.matmul(torch.softmax(scores, -1), q.view(1, 35, 2, 5).transpose(1, 2))
+        return self.head(mixed.transpose(1, 2).reshape(1, -1))
+
+
+def _model() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    model = OddModel().eval()
+    with torch.no_grad():  # BatchNorm statistics that are not the identity
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 2.0)
+        model.bn.weight.uniform_(0.5, 1.5)
+    return model, (torch.randn(1, 3, 5, 7),)
+
+
+def _any_configs(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> dict:
+    """A valid config per layer kind: every config of the space gives a correct kernel."""
+    suite = from_torch(model, inputs)
+    rng = np.random.default_rng(0)
+    return {e.workload.key: template_for(e.workload, "llvm").space.sample(rng, 1)[0] for e in suite}
+
+
+@pytest.fixture(scope="module")
+def optimized():
+    model, inputs = _model()
+    return model, inputs, optimize(model, inputs, _any_configs(model, inputs))
+
+
+def test_every_covered_layer_runs_its_kernel_and_the_outputs_agree(optimized):
+    model, inputs, fast = optimized
+    ops = [str(n.target) for n in fast.graph.nodes if n.op == "call_function"]
+    assert ops.count("autotune.kernel.default") == 7  # conv, depthwise, q, k, two products, head
+    assert not [op for op in ops if op.split(".")[1] in ("conv2d", "linear", "matmul", "batch_norm", "relu")]
+    with torch.no_grad():
+        other = torch.randn(1, 3, 5, 7)
+        torch.testing.assert_close(fast(other), model(other), rtol=1e-3, atol=1e-4)
+
+
+def test_the_optimized_module_compiles_and_exports(optimized):
+    model, inputs, fast = optimized
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(fast, backend="aot_eager")(*inputs), model(*inputs),
+                                   rtol=1e-3, atol=1e-4)
+    exported = torch.export.export(fast, inputs)
+    assert "autotune.kernel.default" in {str(n.target) for n in exported.graph.nodes}
+
+
+def test_layers_without_a_kernel_stay_in_torch_with_a_warning():
+    model, inputs = _model()
+    configs = _any_configs(model, inputs)
+    dropped = next(key for key in configs if key.startswith("depthwise"))
+    del configs[dropped]
+    with pytest.warns(UserWarning, match="depthwise_conv2d"):
+        fast = optimize(model, inputs, configs)
+    ops = [str(n.target) for n in fast.graph.nodes if n.op == "call_function"]
+    assert ops.count("autotune.kernel.default") == 6 and "aten.conv2d.default" in ops
+
+
+def test_a_kernel_that_computes_something_else_is_named(monkeypatch):
+    model, inputs = _model()
+    compile_layer = tuner.torch_kernels._compile
+
+    def wrong(layer, target, best):
+        kernel = compile_layer(layer, target, best)
+        if layer.module != "head":
+            return kernel
+        relu = dataclasses.replace(layer.workload, epilogue="bias_relu")  # same signature, other result
+        bad = Kernel(relu, target, template_for(relu, target).space.sample(np.random.default_rng(0), 1)[0])
+        return dataclasses.replace(kernel, function=bad.executable.mod["main"])
+
+    monkeypatch.setattr(tuner.torch_kernels, "_compile", wrong)
+    with pytest.raises(ValueError, match="layer head"):
+        optimize(model, inputs, _any_configs(model, inputs))

@@ -1,0 +1,239 @@
+"""`optimize`: a PyTorch model whose captured layers run the best kernels a records file holds.
+
+The model is exported (`torch.export`), and each node `workloads.from_torch` covers is replaced,
+with the epilogue nodes folded into it, by a call of one `torch.library` custom op,
+`autotune::kernel`, which runs that layer's compiled kernel on torch's own tensors (no copies,
+the output allocated by torch). The op has a fake implementation, so the optimized module still
+works under `torch.compile` and `torch.export`. Before it is handed back, every replaced layer's
+output is compared with the original model's on the example inputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from search import Config, TargetInfo, resolve_target
+from search.records import RecordStore
+from workloads import Workload
+from workloads.capture import Layer, LayerMatcher, module_name, op_name
+
+from .result import Kernel, aligned
+
+RTOL, ATOL = 1e-3, 1e-4  # float32 sums in another order; ATOL is relative to a layer's largest value
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A layer's kernel, its function looked up once, and the output it makes."""
+
+    layer: str
+    workload: Workload
+    function: Any
+    output_shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+KERNELS: dict[str, CompiledKernel] = {}  # by kernel id: custom ops take strings and tensors only
+_ids = itertools.count()
+
+
+@torch.library.custom_op("autotune::kernel", mutates_args=())
+def run_kernel(kernel_id: str, inputs: list[torch.Tensor]) -> torch.Tensor:
+    """Run a registered kernel on contiguous, aligned views of `inputs` (copies only where a view
+    is strided or misaligned) into a new torch tensor."""
+    kernel = KERNELS[kernel_id]
+    out = torch.empty(kernel.output_shape, dtype=kernel.dtype, device=inputs[0].device)
+    kernel.function(*[aligned(x.contiguous()) for x in inputs], out)
+    return out
+
+
+@run_kernel.register_fake
+def _(kernel_id: str, inputs: list[torch.Tensor]) -> torch.Tensor:
+    kernel = KERNELS[kernel_id]
+    return inputs[0].new_empty(kernel.output_shape, dtype=kernel.dtype)
+
+
+def _constant(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor:
+    """The tensor a get_attr node reads (a weight or a buffer of the exported module)."""
+    if node.op != "get_attr":
+        raise ValueError(f"{node.name} is computed, not a constant of the model")
+    value: Any = gm
+    for part in str(node.target).split("."):
+        value = getattr(value, part)
+    return value
+
+
+class _Rewriter:
+    """Replaces one layer's nodes in the exported module's graph by a kernel call."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm, self.graph = gm, gm.graph
+        self.buffers = 0
+
+    def _reshape(self, node: Any, shape: Sequence[int]) -> Any:
+        return self.graph.call_function(torch.ops.aten.reshape.default, (node, list(shape)))
+
+    def _buffer(self, tensor: torch.Tensor) -> Any:
+        name = f"_autotune_constant_{self.buffers}"
+        self.buffers += 1
+        self.gm.register_buffer(name, tensor.detach().clone())
+        return self.graph.get_attr(name)
+
+    def _untransposed(self, node: Any) -> Any:
+        return node.args[0]
+
+    def product_inputs(self, node: Any, workload: Workload) -> list[Any]:
+        op = op_name(node)
+        if op == "aten.linear.default":
+            a, b, bias = node.args[0], node.args[1], node.args[2] if len(node.args) > 2 else None
+        elif op == "aten.addmm.default":
+            bias, a, b = node.args[:3]
+            b = self._untransposed(b) if workload.transpose_b else b  # type: ignore[attr-defined]
+        else:
+            a, b, bias = node.args[0], node.args[1], None
+            b = self._untransposed(b) if workload.transpose_b else b  # type: ignore[attr-defined]
+        shapes = workload.input_shapes
+        inputs = [self._reshape(a, shapes[0]), self._reshape(b, shapes[1])]
+        return inputs + ([bias] if len(shapes) > 2 else [])
+
+    def conv_inputs(self, node: Any, layer: Layer, workload: Workload) -> list[Any]:
+        data, weight = node.args[0], node.args[1]
+        bias = node.args[2] if len(node.args) > 2 else None
+        norms = [n for n in node.users if n.name in layer.fused and "batch_norm" in op_name(n)]
+        if norms:  # fold eval-mode BatchNorm: w * g / sqrt(v + eps), (b - m) * g / sqrt(v + eps) + beta
+            norm = norms[0]
+            gamma, beta, mean, var = (_constant(self.gm, n) for n in norm.args[1:5])
+            eps = float(norm.args[7])
+            scale = gamma / torch.sqrt(var + eps)
+            w = _constant(self.gm, weight)
+            b = _constant(self.gm, bias) if bias is not None else torch.zeros_like(mean)
+            weight = self._buffer(w * scale.reshape(-1, *([1] * (w.dim() - 1))))
+            bias = self._buffer((b - mean) * scale + beta)
+        return [data, weight] + ([bias] if len(workload.input_shapes) > 2 else [])
+
+    def replace(self, layer: Layer, kernel_id: str) -> Any:
+        """Put the kernel call where the layer's last fused node was, route that node's users to
+        it and remove the layer's own nodes (an in-place ReLU would otherwise be kept)."""
+        nodes = {n.name: n for n in self.graph.nodes}
+        node = nodes[layer.node]
+        chain = [node] + [nodes[name] for name in layer.fused]
+        last = chain[-1]
+        with self.graph.inserting_before(last.next):  # new nodes in the order they are made
+            if layer.workload.op in ("conv2d", "depthwise_conv2d"):
+                inputs = self.conv_inputs(node, layer, layer.workload)
+            else:
+                inputs = self.product_inputs(node, layer.workload)
+            call = self.graph.call_function(torch.ops.autotune.kernel.default, (kernel_id, inputs))
+            out = self._reshape(call, tuple(int(d) for d in last.meta["val"].shape))
+        last.replace_all_uses_with(out)
+        for old in reversed(chain):
+            if not old.users:
+                self.graph.erase_node(old)
+        return out
+
+
+Best = Callable[[Workload], "Config | None"]  # the best config known for a workload, if any
+
+
+def _best_in(records: str | RecordStore | Mapping[str, Config], target: TargetInfo) -> Best:
+    if isinstance(records, Mapping):
+        return lambda workload: records.get(workload.key)
+    store = records if isinstance(records, RecordStore) else RecordStore(records)
+
+    def best(workload: Workload) -> Config | None:
+        record = store.best(workload.key, target.key)
+        return Config.from_json(record["config"]) if record is not None else None
+
+    return best
+
+
+def _compile(layer: Layer, target: TargetInfo, best: Best) -> CompiledKernel | None:
+    config = best(layer.workload)
+    if config is None:
+        return None
+    kernel = Kernel(layer.workload, target, config)
+    dtype = getattr(torch, layer.workload.dtype)
+    return CompiledKernel(layer.module or layer.node, layer.workload, kernel.executable.mod["main"],
+                          tuple(layer.workload.output_shapes[0]), dtype)
+
+
+def _values(gm: torch.fx.GraphModule, inputs: Sequence[Any], names: set[str]) -> dict[str, torch.Tensor]:
+    """The values the named nodes take when `gm` runs on `inputs`."""
+    seen: dict[str, torch.Tensor] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            value = super().run_node(n)
+            if n.name in names:
+                seen[n.name] = value
+            return value
+
+    with torch.no_grad():
+        Recorder(gm).run(*inputs)
+    return seen
+
+
+def optimize(model: torch.nn.Module, example_inputs: Sequence[Any],
+             records: str | RecordStore | Mapping[str, Config] = "runs.jsonl", target: Any = "llvm"
+             ) -> torch.fx.GraphModule:
+    """`model` with every captured layer that `records` (a records file, or the best config by
+    workload key) has a kernel for running that kernel, compiled once per layer kind; the rest,
+    and layers with no kernel (a warning names them), stay in torch. No tuning. Raises
+    `ValueError` naming the first layer whose output differs from the original model's on
+    `example_inputs`."""
+    resolved = resolve_target(target)
+    best = _best_in(records, resolved)
+    model = model.eval()
+    try:
+        exported = torch.export.export(model, tuple(example_inputs))
+    except Exception as err:
+        raise ValueError(f"optimize needs torch.export to capture {type(model).__name__}: "
+                         f"{str(err).splitlines()[0]}") from None
+    original = exported.module()
+    gm = exported.module()
+    matcher = LayerMatcher()
+    layers = [replace(layer, module=module_name(node)) for node in list(gm.graph.nodes)
+              if (layer := matcher.match(node)) is not None]
+    compiled: dict[Workload, CompiledKernel | None] = {}
+    replaced: dict[str, str] = {}  # output node of the original layer -> output node of its kernel
+    rewriter = _Rewriter(gm)
+    missing = []
+    for layer in layers:
+        if layer.workload not in compiled:
+            compiled[layer.workload] = _compile(layer, resolved, best)
+        kernel = compiled[layer.workload]
+        if kernel is None:
+            missing.append(layer.workload.key)
+            continue
+        kernel_id = f"k{next(_ids)}"
+        KERNELS[kernel_id] = kernel
+        last = layer.fused[-1] if layer.fused else layer.node
+        replaced[last] = rewriter.replace(layer, kernel_id).name
+    if missing:
+        warnings.warn(f"no kernel recorded for {len(set(missing))} layer kind(s), left to torch: "
+                      + ", ".join(sorted(set(missing))), stacklevel=2)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    _check(original, gm, example_inputs, replaced, {n.name: n for n in original.graph.nodes})
+    return gm
+
+
+def _check(original: torch.fx.GraphModule, optimized: torch.fx.GraphModule, inputs: Sequence[Any],
+           replaced: dict[str, str], nodes: dict[str, Any]) -> None:
+    """Each replaced layer's output against the original's, in graph order, then the outputs."""
+    expected = _values(original, inputs, set(replaced))
+    got = _values(optimized, inputs, set(replaced.values()))
+    for name in (n for n in nodes if n in replaced):
+        want, have = expected[name], got[replaced[name]]
+        if not torch.allclose(have, want, rtol=RTOL, atol=ATOL * float(want.abs().max())):
+            error = float((have - want).abs().max())
+            raise ValueError(f"the tuned kernel of layer {module_name(nodes[name])} (node {name}) differs from "
+                             f"the original model's: max abs error {error:.3g}")
+    with torch.no_grad():
+        torch.testing.assert_close(optimized(*inputs), original(*inputs), rtol=RTOL, atol=RTOL)
