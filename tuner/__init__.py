@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .api import SuiteResult, apply_best, tune, tune_suite
     from .loop import run
     from .model import ModelResult, tune_model
-    from .torch_kernels import optimize
+    from .torch_kernels import load_optimized, optimize, save_optimized
     from .measure import Harness, LocalBuilder, LocalRunner, Measurer, ReplayMeasurer, RPCRunner
     from .result import Kernel, TuneResult
     from .session import Session
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "tune": ".api", "tune_suite": ".api", "apply_best": ".api", "SuiteResult": ".api", "run": ".loop",
     "tune_model": ".model", "ModelResult": ".model", "optimize": ".torch_kernels",
+    "save_optimized": ".torch_kernels", "load_optimized": ".torch_kernels",
     "Session": ".session", "TuneResult": ".result", "Kernel": ".result", "Measurer": ".measure",
     "Harness": ".measure", "LocalBuilder": ".measure", "LocalRunner": ".measure", "RPCRunner": ".measure",
     "ReplayMeasurer": ".measure", "RecordStore": "search.records", "RecordError": "search.records",

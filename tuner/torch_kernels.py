@@ -11,32 +11,39 @@ output is compared with the original model's on the example inputs.
 from __future__ import annotations
 
 import itertools
+import json
+import shutil
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from search import Config, TargetInfo, resolve_target
+from search import Config, TargetInfo, resolve_target, template_for
 from search.records import RecordStore
-from workloads import Workload
+from workloads import Workload, from_key
 from workloads.capture import Layer, LayerMatcher, module_name, op_name
 
 from .result import Kernel, aligned
 
+MANIFEST = "manifest.json"
 RTOL, ATOL = 1e-3, 1e-4  # float32 sums in another order; ATOL is relative to a layer's largest value
 
 
 @dataclass(frozen=True)
 class CompiledKernel:
-    """A layer's kernel, its function looked up once, and the output it makes."""
+    """A layer's kernel, its function looked up once, the output it makes, and what saving it
+    needs: its config and a way to write its shared library."""
 
     layer: str
     workload: Workload
     function: Any
     output_shape: tuple[int, ...]
     dtype: torch.dtype
+    config: Config
+    write_library: Callable[[str], Any]
 
 
 KERNELS: dict[str, CompiledKernel] = {}  # by kernel id: custom ops take strings and tensors only
@@ -153,14 +160,22 @@ def _best_in(records: str | RecordStore | Mapping[str, Config], target: TargetIn
     return best
 
 
-def _compile(layer: Layer, target: TargetInfo, best: Best) -> CompiledKernel | None:
+def _compile(layer: Layer, target: TargetInfo, best: Best, libraries: Mapping[str, str]) -> CompiledKernel | None:
+    """The layer's kernel: loaded from a saved library, else compiled from the best config."""
     config = best(layer.workload)
     if config is None:
         return None
-    kernel = Kernel(layer.workload, target, config)
     dtype = getattr(torch, layer.workload.dtype)
-    return CompiledKernel(layer.module or layer.node, layer.workload, kernel.executable.mod["main"],
-                          tuple(layer.workload.output_shapes[0]), dtype)
+    shape = tuple(layer.workload.output_shapes[0])
+    saved = libraries.get(layer.workload.key)
+    if saved is not None:
+        import tvm
+
+        return CompiledKernel(layer.module or layer.node, layer.workload, tvm.runtime.load_module(saved)["main"],
+                              shape, dtype, config, lambda path: shutil.copyfile(saved, path))
+    kernel = Kernel(layer.workload, target, config)
+    return CompiledKernel(layer.module or layer.node, layer.workload, kernel.executable.mod["main"], shape, dtype,
+                          config, kernel.export)
 
 
 def _values(gm: torch.fx.GraphModule, inputs: Sequence[Any], names: set[str]) -> dict[str, torch.Tensor]:
@@ -186,9 +201,13 @@ def optimize(model: torch.nn.Module, example_inputs: Sequence[Any],
     workload key) has a kernel for running that kernel, compiled once per layer kind; the rest,
     and layers with no kernel (a warning names them), stay in torch. No tuning. Raises
     `ValueError` naming the first layer whose output differs from the original model's on
-    `example_inputs`."""
+    `example_inputs`. `save_optimized` keeps the result for `load_optimized`."""
     resolved = resolve_target(target)
-    best = _best_in(records, resolved)
+    return _optimize(model, example_inputs, _best_in(records, resolved), resolved, {})
+
+
+def _optimize(model: torch.nn.Module, example_inputs: Sequence[Any], best: Best, resolved: TargetInfo,
+              libraries: Mapping[str, str]) -> torch.fx.GraphModule:
     model = model.eval()
     try:
         exported = torch.export.export(model, tuple(example_inputs))
@@ -206,7 +225,7 @@ def optimize(model: torch.nn.Module, example_inputs: Sequence[Any],
     missing = []
     for layer in layers:
         if layer.workload not in compiled:
-            compiled[layer.workload] = _compile(layer, resolved, best)
+            compiled[layer.workload] = _compile(layer, resolved, best, libraries)
         kernel = compiled[layer.workload]
         if kernel is None:
             missing.append(layer.workload.key)
@@ -221,7 +240,50 @@ def optimize(model: torch.nn.Module, example_inputs: Sequence[Any],
     gm.graph.eliminate_dead_code()
     gm.recompile()
     _check(original, gm, example_inputs, replaced, {n.name: n for n in original.graph.nodes})
+    gm.meta["autotune"] = {"target": resolved.key,
+                           "kernels": {w.key: kernel for w, kernel in compiled.items() if kernel is not None}}
     return gm
+
+
+def save_optimized(module: torch.fx.GraphModule, directory: str | Path) -> Path:
+    """Write an optimized module's kernels (shared libraries) and a JSON manifest naming their
+    workloads, configs and target, so that `load_optimized` needs no tuning and no compiling."""
+    info = module.meta.get("autotune") if isinstance(module, torch.fx.GraphModule) else None
+    if info is None:
+        raise ValueError("save_optimized takes a module made by tuner.optimize")
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    kernels = []
+    for index, (key, kernel) in enumerate(sorted(info["kernels"].items())):
+        library = f"kernel{index}.so"
+        kernel.write_library(str(folder / library))
+        kernels.append({"workload": key, "config": kernel.config.to_json(), "library": library})
+    manifest = folder / MANIFEST
+    manifest.write_text(json.dumps({"schema": 1, "target": info["target"], "kernels": kernels}, indent=1) + "\n")
+    return manifest
+
+
+def load_optimized(model: torch.nn.Module, example_inputs: Sequence[Any], directory: str | Path,
+                   target: Any = "llvm") -> torch.fx.GraphModule:
+    """`model` running the kernels `save_optimized` wrote, checked as `optimize` checks. Saved for
+    another target (another CPU), the libraries are not loaded: a warning says so, and each kernel
+    is compiled again here from its config where this target's space allows it, else left to torch."""
+    folder = Path(directory)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        kernels = {k["workload"]: k for k in manifest["kernels"]}
+        saved_for = manifest["target"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{folder} holds no saved kernels ({MANIFEST}: {err})") from None
+    resolved = resolve_target(target)
+    configs = {key: Config.from_json(k["config"]) for key, k in kernels.items()}
+    libraries = {key: str(folder / k["library"]) for key, k in kernels.items()}
+    if saved_for != resolved.key:
+        warnings.warn(f"{folder} was tuned for {saved_for}, not this target ({resolved.key}): its kernels are "
+                      "compiled again here where their configs fit, the others are left to torch", stacklevel=2)
+        configs = {key: c for key, c in configs.items() if template_for(from_key(key), resolved).space.is_valid(c)}
+        libraries = {}
+    return _optimize(model, example_inputs, lambda workload: configs.get(workload.key), resolved, libraries)
 
 
 def _check(original: torch.fx.GraphModule, optimized: torch.fx.GraphModule, inputs: Sequence[Any],

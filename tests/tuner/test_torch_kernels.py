@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -10,8 +11,8 @@ import torch
 from torch import nn
 
 import tuner.torch_kernels
-from search import template_for
-from tuner import optimize
+from search import resolve_target, template_for
+from tuner import load_optimized, optimize, save_optimized
 from tuner.result import Kernel
 from workloads import from_torch
 
@@ -95,8 +96,8 @@ def test_a_kernel_that_computes_something_else_is_named(monkeypatch):
     model, inputs = _model()
     compile_layer = tuner.torch_kernels._compile
 
-    def wrong(layer, target, best):
-        kernel = compile_layer(layer, target, best)
+    def wrong(layer, target, best, libraries):
+        kernel = compile_layer(layer, target, best, libraries)
         if layer.module != "head":
             return kernel
         relu = dataclasses.replace(layer.workload, epilogue="bias_relu")  # same signature, other result
@@ -106,3 +107,39 @@ def test_a_kernel_that_computes_something_else_is_named(monkeypatch):
     monkeypatch.setattr(tuner.torch_kernels, "_compile", wrong)
     with pytest.raises(ValueError, match="layer head"):
         optimize(model, inputs, _any_configs(model, inputs))
+
+
+def test_a_saved_model_loads_its_kernels_without_compiling(optimized, tmp_path, monkeypatch):
+    model, inputs, fast = optimized
+    manifest = save_optimized(fast, tmp_path / "saved")
+    saved = json.loads(manifest.read_text())
+    assert saved["target"] == resolve_target("llvm").key and len(saved["kernels"]) == 7
+    assert all((tmp_path / "saved" / k["library"]).is_file() for k in saved["kernels"])
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("a saved kernel was compiled again")
+
+    monkeypatch.setattr(tuner.torch_kernels, "Kernel", no_compiling)
+    loaded = load_optimized(model, inputs, tmp_path / "saved")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(*inputs), fast(*inputs))
+
+
+def test_kernels_saved_for_another_cpu_are_compiled_again_or_left_to_torch(optimized, tmp_path):
+    model, inputs, fast = optimized
+    manifest = save_optimized(fast, tmp_path / "saved")
+    saved = json.loads(manifest.read_text())
+    saved["target"] = "llvm -mcpu=znver1 -num-cores=2"
+    manifest.write_text(json.dumps(saved))
+    with pytest.warns(UserWarning, match="tuned for llvm -mcpu=znver1"):
+        loaded = load_optimized(model, inputs, tmp_path / "saved")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(*inputs), model(*inputs), rtol=1e-3, atol=1e-4)
+
+
+def test_bad_saves_and_loads_are_clear_errors(tmp_path):
+    model, inputs = _model()
+    with pytest.raises(ValueError, match="made by tuner.optimize"):
+        save_optimized(torch.fx.symbolic_trace(model), tmp_path / "x")
+    with pytest.raises(ValueError, match="holds no saved kernels"):
+        load_optimized(model, inputs, tmp_path)
