@@ -233,6 +233,27 @@ class TimingProtocol:
     min_ms: int = 20
 
 
+def loop_means(fn: Callable[[], Any], protocol: TimingProtocol, sync: Callable[[], Any] = lambda: None
+               ) -> list[float]:
+    """Seconds per call of `fn`, one mean per repeat, each over enough calls to last `min_ms`
+    (after three warm-up calls): `time_evaluator`'s loops, for Python callables."""
+    for _ in range(3):
+        fn()
+    sync()
+    started = time.perf_counter()
+    fn()
+    sync()
+    number = max(protocol.number, math.ceil(protocol.min_ms / 1e3 / max(time.perf_counter() - started, 1e-7)))
+    means = []
+    for _ in range(protocol.repeat):
+        started = time.perf_counter()
+        for _ in range(number):
+            fn()
+        sync()
+        means.append((time.perf_counter() - started) / number)
+    return means
+
+
 class Timer:
     """One workload's inputs on one device and the protocol every side is timed with: TVM kernels by
     `time_evaluator` (on the CPU, its cache flushed between repeats), Python callables (the vendor
@@ -278,22 +299,7 @@ class Timer:
 
     def python(self, fn: Callable[[], Any], protocol: TimingProtocol | None = None) -> float:
         """Median seconds of a callable, in the loops `time_evaluator` would time it in."""
-        p = protocol or self.protocol
-        for _ in range(3):
-            fn()
-        self.sync()
-        started = time.perf_counter()
-        fn()
-        self.sync()
-        number = max(p.number, math.ceil(p.min_ms / 1e3 / max(time.perf_counter() - started, 1e-7)))
-        means = []
-        for _ in range(p.repeat):
-            started = time.perf_counter()
-            for _ in range(number):
-                fn()
-            self.sync()
-            means.append((time.perf_counter() - started) / number)
-        return statistics.median(means)
+        return statistics.median(loop_means(fn, protocol or self.protocol, self.sync))
 
 
 # --- the vendor libraries ---------------------------------------------------------------------------

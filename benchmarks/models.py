@@ -1,0 +1,213 @@
+"""Whole models end to end, every side in one run on the same threads: torch eager, `torch.compile`
+(default, max-autotune, max-autotune with freezing), ours at N trials per task (alone, and inside
+`torch.compile`), and TVM Relax + MetaSchedule at the same trials per task.
+
+    python -m benchmarks.models                                  # the zoo, 64 and 256 trials per task
+    python -m benchmarks.models --models bert_base --trials-per-task 64 --variants torch_eager ours
+    python -m benchmarks.models --resume                         # keep today's rows, run the missing ones
+
+Our tuning is resumable: each (model, budget) has its records file under --records-dir, and a run
+measures only what its budget still lacks. Writes `<out>/models-<date>-<target>.json` (a `rows`
+list: model, variant, trials_per_task, latency_s (median), q25_s, q75_s, tune_s, matches, host),
+`.md` and a plot of the speedups over torch eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tuner.defaults import BATCH_SIZE
+
+from benchmarks.common import (RESULTS, TimingProtocol, command, fmt, loop_means, machine, today, torch_on_all_cores,
+                               versions, write_report)
+
+TORCH_VARIANTS = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "torch_compile_freezing")
+TUNED_VARIANTS = ("ours", "ours_compiled", "relax_metaschedule")
+VARIANTS = TORCH_VARIANTS + TUNED_VARIANTS
+PROTOCOL = TimingProtocol(number=1, repeat=15, min_ms=200)
+MODELS = ("resnet50", "mobilenet_v2", "bert_base", "llama_7b_prefill", "llama_7b_decode")
+
+
+@contextlib.contextmanager
+def _freezing(on: bool) -> Iterator[None]:
+    """Inductor fuses oneDNN convolutions and autotunes its GEMM template on the CPU only with
+    `freezing` on: the strongest torch baseline there."""
+    import torch._inductor.config as inductor
+
+    with inductor.patch(freezing=on):
+        yield
+
+
+def torch_side(variant: str, model: Any, inputs: tuple[Any, ...]) -> tuple[Callable[[], Any], float]:
+    """A torch variant of the model, ready to call, and the seconds its first call (compiling) took."""
+    torch = torch_on_all_cores()
+    mode = {"torch_compile": "default", "torch_compile_max_autotune": "max-autotune",
+            "torch_compile_freezing": "max-autotune"}.get(variant)
+    fn = model if mode is None else torch.compile(model, mode=mode)
+    started = time.monotonic()
+    with torch.no_grad(), _freezing(variant == "torch_compile_freezing"):
+        fn(*inputs)
+    return (lambda: fn(*inputs)), time.monotonic() - started
+
+
+def ours(model: Any, inputs: tuple[Any, ...], target: Any, trials_per_task: int, records: Path
+         ) -> tuple[Any, float, dict[str, Any]]:
+    """Our optimized module after `trials_per_task` trials per task (resumed from `records`), the
+    tuning seconds this run spent, and the capture's coverage."""
+    import tuner
+    from search.records import RecordStore
+    from workloads import from_torch
+
+    suite = from_torch(model, inputs)
+    budget = trials_per_task * len(suite)
+    done = len(RecordStore(records)) if records.exists() else 0
+    started = time.monotonic()
+    if done < budget:
+        tuner.tune_model(model, inputs, target, trials=budget - done, records=str(records),
+                         batch_size=min(BATCH_SIZE, trials_per_task))  # every task gets its share
+    tune_s = time.monotonic() - started
+    coverage = {"coverage": suite.coverage, "coverage_of_all": suite.coverage_of_all, "tasks": len(suite)}
+    return tuner.optimize(model, inputs, str(records), target), tune_s, coverage
+
+
+def timed(fn: Callable[[], Any]) -> dict[str, float]:
+    """Median and quartiles of seconds per call."""
+    torch = torch_on_all_cores()
+    with torch.no_grad():
+        means = sorted(loop_means(fn, PROTOCOL))
+    q = statistics.quantiles(means, n=4)
+    return {"latency_s": statistics.median(means), "q25_s": q[0], "q75_s": q[2]}
+
+
+def matches(fn: Callable[[], Any], reference: Any) -> bool:
+    """Whether a side's outputs equal torch eager's (float32 summed in another order)."""
+    torch = torch_on_all_cores()
+    with torch.no_grad():
+        try:
+            torch.testing.assert_close(fn(), reference, rtol=1e-3, atol=1e-3)
+        except AssertionError:
+            return False
+    return True
+
+
+def model_rows(name: str, variants: list[str], budgets: list[int], target: Any, records_dir: Path,
+               host: dict[str, Any], done: set[tuple[str, str, int | None]]) -> Iterator[dict[str, Any]]:
+    """Every requested variant of one zoo model not in `done`, as report rows."""
+    from workloads.models import zoo_model
+
+    model, inputs = zoo_model(name)
+    torch = torch_on_all_cores()
+    with torch.no_grad():
+        reference = model(*inputs)
+    for variant in variants:
+        for budget in (budgets if variant in TUNED_VARIANTS else [None]):
+            if (name, variant, budget) in done:
+                continue
+            print(f"{name}: {variant}" + (f" at {budget} trials per task" if budget else ""), flush=True)
+            extra: dict[str, Any] = {}
+            if variant in TORCH_VARIANTS:
+                fn, tune_s = torch_side(variant, model, inputs)
+            elif variant == "relax_metaschedule":
+                from benchmarks.relax_baseline import relax_metaschedule
+
+                run = relax_metaschedule(model, inputs, target, budget, str(records_dir / f"relax-{name}-{budget}"))
+                fn, tune_s, extra = run.run, run.tune_s, {"tasks": run.tasks, "trials": run.trials}
+            else:
+                module, tune_s, extra = ours(model, inputs, target, budget, records_dir / f"{name}-{budget}.jsonl")
+                if variant == "ours_compiled":
+                    fn, compile_s = torch_side("torch_compile", module, inputs)
+                    tune_s += compile_s
+                else:
+                    fn = lambda module=module: module(*inputs)  # noqa: E731
+            yield {"model": name, "variant": variant, "trials_per_task": budget, **timed(fn), "tune_s": tune_s,
+                   "matches": matches(fn, reference), "host": host, **extra}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Whole models end to end ({report['date']}, {report['machine']['target']})", "",
+             f"Command: `{report['command']}`", "", f"Machine: {report['machine']}", "",
+             f"Versions: {report['versions']}", "",
+             f"Median seconds per forward pass (batch 1) over {PROTOCOL.repeat} means of at least "
+             f"{PROTOCOL.min_ms} ms each, quartiles beside it; *speedup*: torch eager's median over the side's; "
+             "*tune s*: tuning and compiling seconds this run spent; *matches*: outputs equal torch eager's.", "",
+             "| model | variant | trials/task | ms | q25-q75 ms | speedup | tune s | matches |",
+             "|---|---|---|---|---|---|---|---|"]
+    eager = {r["model"]: r["latency_s"] for r in report["rows"] if r["variant"] == "torch_eager"}
+    for r in report["rows"]:
+        speedup = eager[r["model"]] / r["latency_s"] if r["model"] in eager else None
+        lines.append(f"| {r['model']} | {r['variant']} | {r['trials_per_task'] or '-'} | {r['latency_s'] * 1e3:.2f} | "
+                     f"{r['q25_s'] * 1e3:.2f}-{r['q75_s'] * 1e3:.2f} | {fmt(speedup, 2)} | {r['tune_s']:.0f} | "
+                     f"{'yes' if r['matches'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Speedup over torch eager, one group of bars per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    eager = {r["model"]: r["latency_s"] for r in report["rows"] if r["variant"] == "torch_eager"}
+    rows = [r for r in report["rows"] if r["model"] in eager]
+    labels = sorted({(r["variant"], r["trials_per_task"] or 0) for r in rows}, key=lambda v: (VARIANTS.index(v[0]), v[1]))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(models) * len(labels) / 4), 4))
+    width = 0.8 / max(len(labels), 1)
+    for index, (variant, budget) in enumerate(labels):
+        values = [next((eager[m] / r["latency_s"] for r in rows if r["model"] == m and r["variant"] == variant
+                        and (r["trials_per_task"] or 0) == budget), 0.0) for m in models]
+        ax.bar([i + index * width for i in range(len(models))], values, width,
+               label=variant + (f" @{budget}" if budget else ""))
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(models))], models, fontsize=8)
+    ax.set_ylabel("speedup over torch eager")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--trials-per-task", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--records-dir", type=Path, default=Path("model-runs"),
+                        help="where our tuning records (and MetaSchedule's work folders) go, to resume")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--resume", action="store_true", help="keep the rows today's JSON holds")
+    args = parser.parse_args(argv)
+
+    import json
+
+    from search import resolve_target
+
+    target = resolve_target(args.target)
+    stem = args.out / f"models-{today()}-{target.kind}"
+    report: dict[str, Any] = {"date": today(), "command": command(), "machine": machine(target),
+                              "versions": versions(), "rows": []}
+    if args.resume and stem.with_suffix(".json").exists():
+        report["rows"] = json.loads(stem.with_suffix(".json").read_text())["rows"]
+    done = {(r["model"], r["variant"], r["trials_per_task"]) for r in report["rows"]}
+    args.records_dir.mkdir(parents=True, exist_ok=True)
+    host = {k: report["machine"][k] for k in ("cpu", "cores", "tvm_threads", "torch_threads")}
+    for name in args.models:
+        for row in model_rows(name, args.variants, args.trials_per_task, target, args.records_dir, host, done):
+            report["rows"].append(row)
+            write_report(stem, report, markdown(report))  # kept after every row
+    plot(report, stem.with_name(stem.name + ".png"))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
