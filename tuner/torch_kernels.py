@@ -24,7 +24,7 @@ import torch
 from search import Config, TargetInfo, resolve_target, template_for
 from search.records import RecordStore
 from workloads import Workload, from_key
-from workloads.capture import Layer, LayerMatcher, module_name, op_name
+from workloads.capture import NO_TRAINING_BATCH_NORM, Layer, LayerMatcher, module_name, op_name
 
 from .result import Kernel, aligned
 
@@ -92,19 +92,13 @@ class _Rewriter:
         self.gm.register_buffer(name, tensor.detach().clone())
         return self.graph.get_attr(name)
 
-    def _untransposed(self, node: Any) -> Any:
-        return node.args[0]
-
     def product_inputs(self, node: Any, workload: Workload) -> list[Any]:
         op = op_name(node)
-        if op == "aten.linear.default":
+        if op == "aten.linear.default":  # the weight is [N, K] already
             a, b, bias = node.args[0], node.args[1], node.args[2] if len(node.args) > 2 else None
-        elif op == "aten.addmm.default":
-            bias, a, b = node.args[:3]
-            b = self._untransposed(b) if workload.transpose_b else b  # type: ignore[attr-defined]
-        else:
-            a, b, bias = node.args[0], node.args[1], None
-            b = self._untransposed(b) if workload.transpose_b else b  # type: ignore[attr-defined]
+        else:  # B^T arrives as a transpose of the tensor the kernel reads
+            bias, a, b = node.args[:3] if op == "aten.addmm.default" else (None, *node.args[:2])
+            b = b.args[0] if getattr(workload, "transpose_b", False) else b
         shapes = workload.input_shapes
         inputs = [self._reshape(a, shapes[0]), self._reshape(b, shapes[1])]
         return inputs + ([bias] if len(shapes) > 2 else [])
@@ -116,7 +110,7 @@ class _Rewriter:
         if norms:  # fold eval-mode BatchNorm: w * g / sqrt(v + eps), (b - m) * g / sqrt(v + eps) + beta
             norm = norms[0]
             gamma, beta, mean, var = (_constant(self.gm, n) for n in norm.args[1:5])
-            eps = float(norm.args[7])
+            eps = float(norm.args[6] if op_name(norm) == NO_TRAINING_BATCH_NORM else norm.args[7])
             scale = gamma / torch.sqrt(var + eps)
             w = _constant(self.gm, weight)
             b = _constant(self.gm, bias) if bias is not None else torch.zeros_like(mean)

@@ -29,7 +29,9 @@ LINEAR = {"aten.linear.default"}
 ADDMM = {"aten.addmm.default"}
 MATMUL = {"aten.mm.default", "aten.bmm.default", "aten.matmul.default"}
 CONV = {"aten.conv2d.default", "aten.convolution.default"}
-BATCH_NORM = {"aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default"}
+BATCH_NORM = {"aten.batch_norm.default", "aten.native_batch_norm.default",
+              "aten._native_batch_norm_legit_no_training.default"}
+NO_TRAINING_BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"  # no `training` argument
 RELU = {"aten.relu.default", "aten.relu_.default"}
 TRANSPOSE = {"aten.t.default", "aten.transpose.int", "aten.permute.default"}
 GEMM_CONV = LINEAR | ADDMM | MATMUL | CONV
@@ -109,6 +111,11 @@ def _single_user(node: Any, ops: set[str]) -> Any | None:
     return users[0] if len(users) == 1 and op_name(users[0]) in ops else None
 
 
+def _training(norm: Any) -> bool:
+    """Whether a batch-norm node normalizes by the batch (then it cannot be folded)."""
+    return op_name(norm) != NO_TRAINING_BATCH_NORM and bool(_arg(norm, 5, "training", False))
+
+
 def _uniform(values: Any, size: int = 2) -> int | None:
     """One int for a conv's stride/padding/dilation given as an int or as equal pairs."""
     items = [values] * size if isinstance(values, int) else list(values)
@@ -140,7 +147,7 @@ class LayerMatcher:
         fused: list[str] = []
         out = node
         norm = _single_user(out, BATCH_NORM)
-        if norm is not None and not _arg(norm, 5, "training", False):
+        if norm is not None and not _training(norm):
             fused.append(norm.name)
             out, bias = norm, True
         relu = _single_user(out, RELU)

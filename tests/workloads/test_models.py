@@ -84,9 +84,24 @@ class BranchyMLP(nn.Module):
         return self.down(h)
 
 
+class BranchyCNN(nn.Module):
+    """The same refusal with a BatchNorm to fold, as the trace sees it (another ATen op)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))
+        return y if y.sum() > 0 else -y
+
+
 def test_a_model_export_refuses_is_traced_instead():
     suite = from_torch(BranchyMLP(), (torch.randn(3, 13),))
     assert suite.method == "fx"
     assert {e.workload.key for e in suite} == {matmul(3, 29, 13, transpose_b=True, epilogue="bias_relu").key,
                                               matmul(3, 5, 29, transpose_b=True, epilogue="bias").key}
     assert suite.coverage == 1.0
+    cnn = from_torch(BranchyCNN(), (torch.randn(1, 3, 6, 6),))
+    assert cnn.method == "fx" and [e.workload.key for e in cnn] == [conv2d(1, 3, 6, 6, 4, 3, 3, epilogue="bias_relu").key]
