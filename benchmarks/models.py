@@ -7,9 +7,11 @@
     python -m benchmarks.models --resume                         # keep today's rows, run the missing ones
 
 Our tuning is resumable: each (model, budget) has its records file under --records-dir, and a run
-measures only what its budget still lacks. Writes `<out>/models-<date>-<target>.json` (a `rows`
-list: model, variant, trials_per_task, latency_s (median), q25_s, q75_s, tune_s, matches, host),
-`.md` and a plot of the speedups over torch eager.
+measures only what its budget still lacks; a larger budget starts from a copy of the largest smaller
+budget's records, as a user tuning on would (its *tune s* counts only the trials it added).
+Writes `<out>/models-<date>-<target>.json` (a `rows` list: model, variant, trials_per_task,
+latency_s (median), q25_s, q75_s, tune_s, matches, host), `.md` and a plot of the speedups over
+torch eager.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
 import contextlib
+import shutil
 import statistics
 import sys
 import time
@@ -74,6 +77,8 @@ def ours(model: Any, inputs: tuple[Any, ...], target: Any, trials_per_task: int,
 
     suite = from_torch(model, inputs)
     budget = trials_per_task * len(suite)
+    if not records.exists() and (smaller := _smaller_budget_records(records)) is not None:
+        shutil.copyfile(smaller, records)  # a larger budget goes on from where a smaller one stopped
     done = len(RecordStore(records)) if records.exists() else 0
     started = time.monotonic()
     if done < budget:
@@ -82,6 +87,14 @@ def ours(model: Any, inputs: tuple[Any, ...], target: Any, trials_per_task: int,
     tune_s = time.monotonic() - started
     coverage = {"coverage": suite.coverage, "coverage_of_all": suite.coverage_of_all, "tasks": len(suite)}
     return tuner.optimize(model, inputs, str(records), target), tune_s, coverage
+
+
+def _smaller_budget_records(records: Path) -> Path | None:
+    """The records of this model's largest smaller budget (`<model>-<trials>.jsonl` beside `records`)."""
+    model, _, budget = records.stem.rpartition("-")
+    smaller = [(int(p.stem.rpartition("-")[2]), p) for p in records.parent.glob(f"{model}-*.jsonl")
+               if p.stem.rpartition("-")[2].isdigit() and int(p.stem.rpartition("-")[2]) < int(budget)]
+    return max(smaller)[1] if smaller else None
 
 
 def timed(fn: Callable[[], Any]) -> dict[str, float]:
