@@ -27,7 +27,7 @@ from search.records import RecordStore
 from workloads import Workload, from_key
 from workloads.capture import NO_TRAINING_BATCH_NORM, Layer, LayerMatcher, module_name, op_name
 
-from .result import Kernel, aligned
+from .result import Kernel, aligned, run_on_target_cores
 
 MANIFEST = "manifest.json"
 RTOL, ATOL = 1e-3, 1e-4  # float32 sums in another order; ATOL is relative to a layer's largest value
@@ -213,6 +213,7 @@ def _warn_if_torch_spins() -> None:
 
 def _optimize(model: torch.nn.Module, example_inputs: Sequence[Any], best: Best, resolved: TargetInfo,
               libraries: Mapping[str, str]) -> torch.fx.GraphModule:
+    run_on_target_cores(resolved)
     model = model.eval()
     try:
         exported = torch.export.export(model, tuple(example_inputs))

@@ -143,3 +143,34 @@ def test_bad_saves_and_loads_are_clear_errors(tmp_path):
         save_optimized(torch.fx.symbolic_trace(model), tmp_path / "x")
     with pytest.raises(ValueError, match="holds no saved kernels"):
         load_optimized(model, inputs, tmp_path)
+
+
+THREADS_SCRIPT = """
+import os, warnings
+import tvm
+from search import resolve_target
+from tuner.result import run_on_target_cores
+if {started_before}:
+    tvm.runtime.num_threads()  # something ran TVM code first: the pool has its default width
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    run_on_target_cores(resolve_target({{"kind": "llvm", "num-cores": {cores}}}))
+print(tvm.runtime.num_threads(), len(caught))
+"""
+
+
+@pytest.mark.parametrize("started_before", [False, True])
+def test_kernels_run_on_the_targets_cores(started_before):
+    """TVM's pool takes half the logical CPUs by default (one thread on 2 vCPUs): in-process kernels
+    must run on the target's cores, or say why they cannot."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    default = int(subprocess.run([sys.executable, "-c", "import tvm; print(tvm.runtime.num_threads())"], env=env,
+                                 capture_output=True, text=True, check=True).stdout)
+    cores = default + 1
+    out = subprocess.run([sys.executable, "-c", THREADS_SCRIPT.format(started_before=started_before, cores=cores)],
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ([str(default), "1"] if started_before else [str(cores), "0"])
