@@ -1,11 +1,13 @@
 """`optimize`: a PyTorch model whose captured layers run the best kernels a records file holds.
 
-The model is exported (`torch.export`), and each node `workloads.from_torch` covers is replaced,
-with the epilogue nodes folded into it, by a call of one `torch.library` custom op,
-`autotune::kernel`, which runs that layer's compiled kernel on torch's own tensors (no copies,
-the output allocated by torch). The op has a fake implementation, so the optimized module still
-works under `torch.compile` and `torch.export`. Before it is handed back, every replaced layer's
-output is compared with the original model's on the example inputs.
+The model is exported (`torch.export`) once per input set, and each node `workloads.from_torch`
+covers is replaced, with the epilogue nodes folded into it, by a call of one `torch.library`
+custom op, `autotune::kernel`, which runs that layer's compiled kernel on torch's own tensors (no
+copies, the output allocated by torch). The op has a fake implementation, so the optimized module
+still works under `torch.compile` and `torch.export`. Before it is handed back, every replaced
+layer's output is compared with the original model's on the example inputs. Kernels are compiled
+for static shapes: `OptimizedModule` picks the graph made for the inputs' shapes and runs inputs it
+was not made for in the original model.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 
 from search import Config, TargetInfo, resolve_target, template_for
 from search.records import RecordStore
-from workloads import Workload, from_key
+from workloads import Workload, from_key, input_sets
 from workloads.capture import NO_TRAINING_BATCH_NORM, Layer, LayerMatcher, module_name, op_name
 
 from .result import Kernel, aligned, run_on_target_cores
@@ -189,19 +191,60 @@ def _values(gm: torch.fx.GraphModule, inputs: Sequence[Any], names: set[str]) ->
     return seen
 
 
+Signature = tuple[Any, ...]
+
+
+def _signature(inputs: Sequence[Any]) -> Signature:
+    """What a graph is made for: each tensor input's shape, dtype and device; other inputs' repr."""
+    return tuple((tuple(x.shape), x.dtype, x.device.type) if isinstance(x, torch.Tensor) else repr(x)
+                 for x in inputs)
+
+
+class OptimizedModule(torch.nn.Module):
+    """A model with its tuned layers running their kernels: one exported graph per input set it was
+    optimized for, picked by the inputs' shapes, dtypes and devices. Inputs of another kind run the
+    original model, all in torch (one warning per kind). Strided inputs are copied to contiguous
+    memory before a kernel reads them."""
+
+    def __init__(self, model: torch.nn.Module, graphs: Mapping[Signature, torch.fx.GraphModule], target: str,
+                 kernels: Mapping[str, CompiledKernel]) -> None:
+        super().__init__()
+        self.model = model
+        self.graphs = torch.nn.ModuleList(graphs.values())
+        self.signatures = {signature: index for index, signature in enumerate(graphs)}
+        self.target = target  # the key of the target the kernels were compiled for
+        self.kernels = dict(kernels)  # by workload key
+        self._warned: set[Signature] = set()
+
+    def forward(self, *inputs: Any) -> Any:
+        index = self.signatures.get(_signature(inputs))
+        if index is None:
+            return self._untuned(*inputs)
+        return self.graphs[index](*inputs)
+
+    @torch.compiler.disable
+    def _untuned(self, *inputs: Any) -> Any:
+        signature = _signature(inputs)
+        if signature not in self._warned:
+            self._warned.add(signature)
+            shapes = ", ".join(str(list(s[0])) if isinstance(s, tuple) else s for s in signature)
+            warnings.warn(f"no kernels were made for inputs of shapes {shapes}: they run in torch (optimize "
+                          "with these inputs among the example input sets to tune them)", stacklevel=3)
+        return self.model(*inputs)
+
+
 def optimize(model: torch.nn.Module, example_inputs: Sequence[Any],
              records: str | RecordStore | Mapping[str, Config] = "runs.jsonl", target: Any = "llvm"
-             ) -> torch.fx.GraphModule:
+             ) -> OptimizedModule:
     """`model` with every captured layer that `records` (a records file, or the best config by
     workload key) has a kernel for running that kernel, compiled once per layer kind; the rest,
-    and layers with no kernel (a warning names them), stay in torch. No tuning. Raises
-    `ValueError` naming the first layer whose output differs from the original model's on
-    `example_inputs`. `save_optimized` keeps the result for `load_optimized`."""
+    and layers with no kernel (a warning names them), stay in torch. `example_inputs` is one input
+    set or a list of them (`workloads.input_sets`), e.g. one per sequence length: each gets its
+    own kernels. No tuning. Raises `ValueError` naming the first layer whose output differs from
+    the original model's on an input set. `save_optimized` keeps the result for `load_optimized`."""
     resolved = resolve_target(target)
     _warn_if_torch_spins()
     return _optimize(model, example_inputs, _best_in(records, resolved), resolved, {})
-
-
 def _warn_if_torch_spins() -> None:
     """Tuned kernels and torch's ops take turns on the same cores; torch's OpenMP threads, by
     default, spin between ops and take the cores from the kernels (BERT-base on 2 cores: 591 ms a
@@ -212,11 +255,26 @@ def _warn_if_torch_spins() -> None:
 
 
 def _optimize(model: torch.nn.Module, example_inputs: Sequence[Any], best: Best, resolved: TargetInfo,
-              libraries: Mapping[str, str]) -> torch.fx.GraphModule:
+              libraries: Mapping[str, str]) -> OptimizedModule:
     run_on_target_cores(resolved)
     model = model.eval()
+    compiled: dict[Workload, CompiledKernel | None] = {}  # shared by the input sets
+    graphs = {_signature(inputs): _optimized_graph(model, inputs, best, resolved, libraries, compiled)
+              for inputs in input_sets(example_inputs)}
+    missing = sorted(w.key for w, kernel in compiled.items() if kernel is None)
+    if missing:
+        warnings.warn(f"no kernel recorded for {len(missing)} layer kind(s), left to torch: " + ", ".join(missing),
+                      stacklevel=3)
+    return OptimizedModule(model, graphs, resolved.key,
+                           {w.key: kernel for w, kernel in compiled.items() if kernel is not None})
+
+
+def _optimized_graph(model: torch.nn.Module, inputs: tuple[Any, ...], best: Best, resolved: TargetInfo,
+                     libraries: Mapping[str, str], compiled: dict[Workload, CompiledKernel | None]
+                     ) -> torch.fx.GraphModule:
+    """The model exported on one input set, its covered layers calling their kernels, checked."""
     try:
-        exported = torch.export.export(model, tuple(example_inputs))
+        exported = torch.export.export(model, inputs)
     except Exception as err:
         raise ValueError(f"optimize needs torch.export to capture {type(model).__name__}: "
                          f"{str(err).splitlines()[0]}") from None
@@ -225,53 +283,45 @@ def _optimize(model: torch.nn.Module, example_inputs: Sequence[Any], best: Best,
     matcher = LayerMatcher()
     layers = [replace(layer, module=module_name(node)) for node in list(gm.graph.nodes)
               if (layer := matcher.match(node)) is not None]
-    compiled: dict[Workload, CompiledKernel | None] = {}
     replaced: dict[str, str] = {}  # output node of the original layer -> output node of its kernel
     rewriter = _Rewriter(gm)
-    missing = []
     for layer in layers:
         if layer.workload not in compiled:
             compiled[layer.workload] = _compile(layer, resolved, best, libraries)
         kernel = compiled[layer.workload]
         if kernel is None:
-            missing.append(layer.workload.key)
             continue
         kernel_id = f"k{next(_ids)}"
         KERNELS[kernel_id] = kernel
         last = layer.fused[-1] if layer.fused else layer.node
         replaced[last] = rewriter.replace(layer, kernel_id).name
-    if missing:
-        warnings.warn(f"no kernel recorded for {len(set(missing))} layer kind(s), left to torch: "
-                      + ", ".join(sorted(set(missing))), stacklevel=2)
     gm.graph.eliminate_dead_code()
     gm.recompile()
-    _check(original, gm, example_inputs, replaced, {n.name: n for n in original.graph.nodes})
-    gm.meta["autotune"] = {"target": resolved.key,
-                           "kernels": {w.key: kernel for w, kernel in compiled.items() if kernel is not None}}
+    _check(original, gm, inputs, replaced, {n.name: n for n in original.graph.nodes})
     return gm
 
 
-def save_optimized(module: torch.fx.GraphModule, directory: str | Path) -> Path:
+def save_optimized(module: OptimizedModule, directory: str | Path) -> Path:
     """Write an optimized module's kernels (shared libraries) and a JSON manifest naming their
     workloads, configs and target, so that `load_optimized` needs no tuning and no compiling."""
-    info = module.meta.get("autotune") if isinstance(module, torch.fx.GraphModule) else None
-    if info is None:
+    if not isinstance(module, OptimizedModule):
         raise ValueError("save_optimized takes a module made by tuner.optimize")
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     kernels = []
-    for index, (key, kernel) in enumerate(sorted(info["kernels"].items())):
+    for index, (key, kernel) in enumerate(sorted(module.kernels.items())):
         library = f"kernel{index}.so"
         kernel.write_library(str(folder / library))
         kernels.append({"workload": key, "config": kernel.config.to_json(), "library": library})
     manifest = folder / MANIFEST
-    manifest.write_text(json.dumps({"schema": 1, "target": info["target"], "kernels": kernels}, indent=1) + "\n")
+    manifest.write_text(json.dumps({"schema": 1, "target": module.target, "kernels": kernels}, indent=1) + "\n")
     return manifest
 
 
 def load_optimized(model: torch.nn.Module, example_inputs: Sequence[Any], directory: str | Path,
-                   target: Any = "llvm") -> torch.fx.GraphModule:
-    """`model` running the kernels `save_optimized` wrote, checked as `optimize` checks. Saved for
+                   target: Any = "llvm") -> OptimizedModule:
+    """`model` running the kernels `save_optimized` wrote, checked as `optimize` checks, on one
+    input set or a list of them as `optimize` takes. Saved for
     another target (another CPU), the libraries are not loaded: a warning says so, and each kernel
     is compiled again here from its config where this target's space allows it, else left to torch."""
     folder = Path(directory)

@@ -299,37 +299,68 @@ def capture_graph(model: "torch.nn.Module", example_inputs: Sequence[Any]) -> tu
             return _record(model, example_inputs), "fx"
 
 
-def from_torch(model: "torch.nn.Module", example_inputs: Sequence[Any], name: str | None = None) -> ModelSuite:
-    """The suite of `model`'s tunable layers on `example_inputs` (eval mode), with its coverage.
-    Unsupported layers are never an error: they stay in torch and are listed."""
-    graph, method = capture_graph(model, example_inputs)
-    matcher = LayerMatcher()
-    layers, left = [], Counter[str]()
-    covered = gemm_conv = other = 0
+def input_sets(example_inputs: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """`example_inputs` as a list of input sets: one set (the model's arguments), or a list of sets
+    (each a tuple or list of arguments, e.g. one per sequence length)."""
+    items = list(example_inputs)
+    if items and all(isinstance(item, (tuple, list)) for item in items):
+        return [tuple(item) for item in items]
+    return [tuple(items)]
+
+
+@dataclass
+class _Capture:
+    """What one input set's graph holds."""
+
+    method: Method
+    layers: list[Layer]
+    left: Counter[str]
+    covered: int = 0
+    gemm_conv: int = 0
+    other: int = 0
+
+
+def _capture(model: "torch.nn.Module", inputs: Sequence[Any], matcher: LayerMatcher) -> _Capture:
+    graph, method = capture_graph(model, inputs)
+    capture = _Capture(method, [], Counter())
     fused_away: set[str] = set()
-    nodes = [n for n in graph.nodes if n.op == "call_function"]
-    for node in nodes:
+    for node in (n for n in graph.nodes if n.op == "call_function"):
         layer = matcher.match(node) if op_name(node) in GEMM_CONV else None
         if op_name(node) in GEMM_CONV:
             flops = _flops(node)
-            gemm_conv += flops
+            capture.gemm_conv += flops
             if layer is not None:
-                covered += flops
-                layers.append(replace(layer, module=module_name(node)))
+                capture.covered += flops
+                capture.layers.append(replace(layer, module=module_name(node)))
                 fused_away.update(layer.fused)
                 continue
         if node.name not in fused_away:
             kind = op_name(node).removeprefix("aten.").split(".")[0]
-            left[kind] += 1
+            capture.left[kind] += 1
             computes = kind not in NO_FLOPS and _dtype(node).startswith("float")
-            other += math.prod(_shape(node)) if computes else 0
+            capture.other += math.prod(_shape(node)) if computes else 0
+    return capture
+
+
+def from_torch(model: "torch.nn.Module", example_inputs: Sequence[Any], name: str | None = None) -> ModelSuite:
+    """The suite of `model`'s tunable layers on `example_inputs` (eval mode), with its coverage.
+    `example_inputs` may be a list of input sets (see `input_sets`): every set's layers join the
+    suite, a layer's weight counting its occurrences over one pass of each set. Unsupported layers
+    are never an error: they stay in torch and are listed."""
+    matcher = LayerMatcher()
+    captures = [_capture(model, inputs, matcher) for inputs in input_sets(example_inputs)]
+    layers = [layer for capture in captures for layer in capture.layers]
+    left = sum((capture.left for capture in captures), Counter[str]())
+    covered, gemm_conv = sum(c.covered for c in captures), sum(c.gemm_conv for c in captures)
+    method: Method = "fx" if any(c.method == "fx" for c in captures) else "export"
     counts = Counter(layer.workload for layer in layers)
     modules: dict[Workload, list[str]] = {}
     for layer in layers:
         modules.setdefault(layer.workload, []).append(layer.module)
     entries = tuple(SuiteEntry(w, n, _label(modules[w])) for w, n in counts.items())
     title = name or type(model).__name__
-    return ModelSuite(title, f"captured from {type(model).__name__} with {method}", entries, method=method,
+    sets = f" on {len(captures)} input sets" if len(captures) > 1 else ""
+    return ModelSuite(title, f"captured from {type(model).__name__} with {method}{sets}", entries, method=method,
                       layers=tuple(layers), left_to_torch=tuple(f"{op} ({n})" for op, n in left.most_common()),
-                      covered_flops=covered, gemm_conv_flops=gemm_conv, total_flops=gemm_conv + other,
-                      notes=tuple(matcher.notes))
+                      covered_flops=covered, gemm_conv_flops=gemm_conv,
+                      total_flops=gemm_conv + sum(c.other for c in captures), notes=tuple(matcher.notes))

@@ -14,7 +14,7 @@ import tuner.torch_kernels
 from search import resolve_target, template_for
 from tuner import load_optimized, optimize, save_optimized
 from tuner.result import Kernel
-from workloads import from_torch
+from workloads import from_torch, matmul
 
 
 class OddModel(nn.Module):
@@ -64,7 +64,7 @@ def optimized():
 
 def test_every_covered_layer_runs_its_kernel_and_the_outputs_agree(optimized):
     model, inputs, fast = optimized
-    ops = [str(n.target) for n in fast.graph.nodes if n.op == "call_function"]
+    ops = [str(n.target) for n in fast.graphs[0].graph.nodes if n.op == "call_function"]
     assert ops.count("autotune.kernel.default") == 7  # conv, depthwise, q, k, two products, head
     assert not [op for op in ops if op.split(".")[1] in ("conv2d", "linear", "matmul", "batch_norm", "relu")]
     with torch.no_grad():
@@ -81,6 +81,37 @@ def test_the_optimized_module_compiles_and_exports(optimized):
     assert "autotune.kernel.default" in {str(n.target) for n in exported.graph.nodes}
 
 
+class Tokens(nn.Module):
+    """A model whose layers' shapes follow the sequence length."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(6, 10), nn.Linear(10, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_each_input_set_gets_its_kernels_and_other_shapes_run_in_torch():
+    torch.manual_seed(0)
+    model, sets = Tokens().eval(), [(torch.randn(1, 5, 6),), (torch.randn(1, 9, 6),)]
+    suite = from_torch(model, sets)
+    assert sorted(e.workload.key for e in suite) == sorted(
+        matmul(m, n, k, transpose_b=True, epilogue=e).key for m in (5, 9) for n, k, e in ((10, 6, "bias_relu"),
+                                                                                         (6, 10, "bias")))
+    fast = optimize(model, sets, _any_configs(model, sets))
+    assert len(fast.graphs) == 2 and len(fast.kernels) == 4
+    with torch.no_grad():
+        for length in (5, 9):
+            x = torch.randn(1, length, 6)
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-3, atol=1e-4)
+        with pytest.warns(UserWarning, match=r"shapes \[1, 7, 6\].*run in torch") as caught:
+            for _ in range(3):
+                x = torch.randn(1, 7, 6)
+                torch.testing.assert_close(fast(x), model(x))
+    assert len([w for w in caught if "run in torch" in str(w.message)]) == 1  # once, not once a call
+
+
 def test_layers_without_a_kernel_stay_in_torch_with_a_warning():
     model, inputs = _model()
     configs = _any_configs(model, inputs)
@@ -88,7 +119,7 @@ def test_layers_without_a_kernel_stay_in_torch_with_a_warning():
     del configs[dropped]
     with pytest.warns(UserWarning, match="depthwise_conv2d"):
         fast = optimize(model, inputs, configs)
-    ops = [str(n.target) for n in fast.graph.nodes if n.op == "call_function"]
+    ops = [str(n.target) for n in fast.graphs[0].graph.nodes if n.op == "call_function"]
     assert ops.count("autotune.kernel.default") == 6 and "aten.conv2d.default" in ops
 
 
