@@ -5,6 +5,10 @@
     python -m benchmarks.models                                  # the zoo, 64 and 256 trials per task
     python -m benchmarks.models --models bert_base --trials-per-task 64 --variants torch_eager ours
     python -m benchmarks.models --resume                         # keep today's rows, run the missing ones
+    python -m benchmarks.models --target cuda --models bert_base resnet50 --variants torch_eager ours
+
+On `cuda` the model and its inputs move to the GPU, torch eager is cuBLAS/cuDNN, and every timed
+loop ends with a device synchronize.
 
 Our tuning is resumable: each (model, budget) has its records file under --records-dir, and a run
 measures only what its budget still lacks; a larger budget starts from a copy of the largest smaller
@@ -97,11 +101,12 @@ def _smaller_budget_records(records: Path) -> Path | None:
     return max(smaller)[1] if smaller else None
 
 
-def timed(fn: Callable[[], Any]) -> dict[str, float]:
+def timed(fn: Callable[[], Any], target: Any) -> dict[str, float]:
     """Median and quartiles of seconds per call."""
     torch = torch_on_all_cores()
+    sync = torch.cuda.synchronize if target.is_cuda else (lambda: None)
     with torch.no_grad():
-        means = sorted(loop_means(fn, PROTOCOL))
+        means = sorted(loop_means(fn, PROTOCOL, sync))
     q = statistics.quantiles(means, n=4)
     return {"latency_s": statistics.median(means), "q25_s": q[0], "q75_s": q[2]}
 
@@ -124,6 +129,8 @@ def model_rows(name: str, variants: list[str], budgets: list[int], target: Any, 
 
     model, inputs = zoo_model(name)
     torch = torch_on_all_cores()
+    if target.is_cuda:
+        model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     with torch.no_grad():
         reference = model(*inputs)
     for variant in variants:
@@ -146,8 +153,8 @@ def model_rows(name: str, variants: list[str], budgets: list[int], target: Any, 
                     tune_s += compile_s
                 else:
                     fn = lambda module=module: module(*inputs)  # noqa: E731
-            yield {"model": name, "variant": variant, "trials_per_task": budget, **timed(fn), "tune_s": tune_s,
-                   "matches": matches(fn, reference), "host": host, **extra}
+            yield {"model": name, "variant": variant, "trials_per_task": budget, **timed(fn, target),
+                   "tune_s": tune_s, "matches": matches(fn, reference), "host": host, **extra}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -212,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     from search import resolve_target
 
     target = resolve_target(args.target)
+    if target.is_cuda and not torch_on_all_cores().cuda.is_available():
+        parser.error("--target cuda needs a CUDA GPU here and a CUDA build of torch")
     stem = args.out / f"models-{today()}-{target.kind}"
     report: dict[str, Any] = {"date": today(), "command": command(), "machine": machine(target),
                               "versions": versions(), "rows": []}

@@ -40,11 +40,12 @@ class ModelResult:
         return self.tuned.table()
 
 
-def tune_model(model: Any, example_inputs: Sequence[Any], target: Any = "llvm", *, trials: int = 2000,
+def tune_model(model: Any, example_inputs: Sequence[Any], /, target: Any = "llvm", *, trials: int = 2000,
                records: str | None = None, seed: int = 0, time_budget_s: float | None = None,
                progress: bool = True, name: str | None = None, **options: Any) -> ModelResult:
     """Capture `model` (a `torch.nn.Module`, run in eval mode) on `example_inputs` (one input set,
-    or a list of them: see `workloads.input_sets`) and tune its layers, resumable from `records`; `options` go to `tune_suite` (strategy, batch_size, measurer...)."""
+    or a list of them: see `workloads.input_sets`) and tune its layers, resumable from `records`; `options` go to `tune_suite` (strategy, batch_size, measurer,
+    and `model`, the cost model, as `tune_suite` names it: the torch model comes first, by position)."""
     suite = from_torch(model, example_inputs, name=name)
     if not suite.entries:
         raise ValueError(f"no layer of {type(model).__name__} can be tuned; all stays in torch: "

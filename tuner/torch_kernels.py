@@ -257,16 +257,28 @@ def _warn_if_torch_spins() -> None:
 def _optimize(model: torch.nn.Module, example_inputs: Sequence[Any], best: Best, resolved: TargetInfo,
               libraries: Mapping[str, str]) -> OptimizedModule:
     run_on_target_cores(resolved)
+    sets = input_sets(example_inputs)
+    _check_devices(sets, resolved)
     model = model.eval()
     compiled: dict[Workload, CompiledKernel | None] = {}  # shared by the input sets
     graphs = {_signature(inputs): _optimized_graph(model, inputs, best, resolved, libraries, compiled)
-              for inputs in input_sets(example_inputs)}
+              for inputs in sets}
     missing = sorted(w.key for w, kernel in compiled.items() if kernel is None)
     if missing:
         warnings.warn(f"no kernel recorded for {len(missing)} layer kind(s), left to torch: " + ", ".join(missing),
                       stacklevel=3)
     return OptimizedModule(model, graphs, resolved.key,
                            {w.key: kernel for w, kernel in compiled.items() if kernel is not None})
+
+
+def _check_devices(sets: Sequence[tuple[Any, ...]], target: TargetInfo) -> None:
+    """Kernels read their inputs where the target runs: a CUDA target needs CUDA tensors, a CPU one CPU tensors."""
+    want = "cuda" if target.is_cuda else "cpu"
+    for x in (x for inputs in sets for x in inputs if isinstance(x, torch.Tensor)):
+        if x.device.type != want:
+            raise ValueError(f"target {target.kind} needs the model and its inputs on "
+                             f"{'a CUDA device (model.cuda(), x.cuda())' if target.is_cuda else 'the CPU'}, "
+                             f"got an input on {x.device}")
 
 
 def _optimized_graph(model: torch.nn.Module, inputs: tuple[Any, ...], best: Best, resolved: TargetInfo,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,17 @@ def test_an_mlp_is_tuned_on_this_cpu_into_correct_kernels(tmp_path):
 def test_a_model_with_nothing_to_tune_is_a_clear_error():
     with pytest.raises(ValueError, match="no layer of ReLU can be tuned"):
         tune_model(nn.ReLU(), (torch.randn(4),), progress=False)
+
+
+def test_model_command_tunes_a_users_model_and_reports_coverage(tmp_path):
+    records = tmp_path / "cnn.jsonl"
+    done = subprocess.run([sys.executable, "-m", "tuner.cli", "model", "--module", "tests.tuner.test_model:make_cnn",
+                           "--input-shape", "1,3,5,5", "--trials", "4", "--batch-size", "2", "--model", "lightgbm",
+                           "--records", str(records), "--json", "--quiet"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["coverage_of_gemm_conv_flops"] == 1.0 and len(RecordStore(str(records))) == 4
 
 
 @pytest.mark.parametrize("args, message", [

@@ -176,6 +176,27 @@ def test_bad_saves_and_loads_are_clear_errors(tmp_path):
         load_optimized(model, inputs, tmp_path)
 
 
+def test_every_layer_builds_for_cuda(tmp_path):
+    """Compile-only: each layer kind of the model gets a CUDA kernel through the path optimize takes,
+    and saves as a library holding its device code."""
+    model, inputs = _model()
+    target = resolve_target("cuda")
+    suite = from_torch(model, inputs)
+    configs = {e.workload.key: template_for(e.workload, target).space.sample(np.random.default_rng(0), 1)[0]
+               for e in suite}
+    for layer in suite.layers:
+        kernel = tuner.torch_kernels._compile(layer, target, lambda w: configs[w.key], {})
+        assert kernel is not None and kernel.output_shape == tuple(layer.workload.output_shapes[0])
+        kernel.write_library(str(tmp_path / "kernel.so"))
+        assert b"__global__" in (tmp_path / "kernel.so").read_bytes()
+
+
+def test_inputs_on_another_device_than_the_target_are_a_clear_error():
+    model, inputs = _model()
+    with pytest.raises(ValueError, match="target cuda.*on a CUDA device"):
+        optimize(model, inputs, _any_configs(model, inputs), target="cuda")
+
+
 THREADS_SCRIPT = """
 import os, warnings
 import tvm
