@@ -1,11 +1,14 @@
 """Search traces as data, then as pictures: the helpers behind `notebooks/explore_traces.ipynb`.
 
 Every `*_frame` function returns a pandas DataFrame; every `plot_*` draws one on matplotlib axes,
-so the same views are one call away in a script.
+so the same views are one call away in a script. The `model_*` and `layer_*` views read a model's
+records (`tune_model`, `tune_suite`) against its suite of layers.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
@@ -17,6 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
     from cost_model import LightGBMRanker
+    from workloads import Suite
 
 
 def trace_frame(records: str | RecordStore, workload: str | None = None) -> pd.DataFrame:
@@ -47,6 +51,116 @@ def trace_frame(records: str | RecordStore, workload: str | None = None) -> pd.D
     frame["trial"] = frame.groupby(["workload", "target"]).cumcount() + 1
     frame["best_gflops"] = frame.groupby(["workload", "target"])["gflops"].cummax()
     return frame
+
+
+def model_trace_frame(records: str | RecordStore, suite: Suite, target: str | None = None) -> pd.DataFrame:
+    """`trace_frame` of the suite's layers on one target (needed when the records hold several), in
+    measurement order, with each layer's name and weight, the batch each trial came in (a run of
+    one layer's trials in one round), the model's trial count and the layer's best latency so far."""
+    trace = trace_frame(records)
+    entries = {e.workload.key: e for e in suite}
+    trace = trace[trace.workload.isin(list(entries))]
+    targets = sorted(set(trace.target))
+    if target is None and len(targets) > 1:
+        raise ValueError(f"the records hold {len(targets)} targets; pick one: {', '.join(targets)}")
+    trace = trace[trace.target == (target or (targets[0] if targets else None))].reset_index(drop=True)
+    if trace.empty:
+        raise ValueError(f"no records of {suite.name}'s layers" + (f" on {target}" if target else ""))
+    trace["layer"] = trace.workload.map(lambda key: entries[key].layer)
+    trace["weight"] = trace.workload.map(lambda key: entries[key].weight)
+    batch_key = trace.workload + "@" + trace["round"].astype(str)
+    trace["batch"] = (batch_key != batch_key.shift()).cumsum()
+    trace["model_trial"] = np.arange(1, len(trace) + 1)
+    trace["best_latency_s"] = trace.groupby("workload").latency_s.cummin()
+    return trace
+
+
+def model_latency_frame(trace: pd.DataFrame, suite: Suite, fallback: Mapping[str, float] | None = None
+                        ) -> pd.DataFrame:
+    """After each batch of `model_trace_frame`: the model's trials so far and the estimated seconds
+    its captured layers take (weight x best latency). A layer not measured yet counts at
+    `fallback[workload key]` (e.g. torch's latency, `torch_layer_latency`), else the estimate is NaN."""
+    import pandas as pd
+
+    weights = {e.workload.key: e.weight for e in suite}
+    measured: dict[str, float] = {}
+    rows = []
+    for batch, part in trace.groupby("batch", sort=True):
+        for key, latency in part.groupby("workload").latency_s.min().items():
+            if np.isfinite(latency):
+                measured[key] = min(latency, measured.get(key, np.inf))
+        estimate = sum(w * measured.get(k, (fallback or {}).get(k, np.nan)) for k, w in weights.items())
+        rows.append({"batch": batch, "trials": int(part.model_trial.iloc[-1]), "layer": part.layer.iloc[0],
+                     "estimated_s": estimate})
+    return pd.DataFrame(rows, columns=["batch", "trials", "layer", "estimated_s"])
+
+
+def torch_layer_latency(suite: Suite, min_s: float = 0.05, repeat: int = 5) -> dict[str, float]:
+    """torch's median seconds per call of each layer of the suite, timed here on the threads torch
+    is set to (`workloads.torch_ops`): what a layer costs when it stays in torch."""
+    import torch
+
+    from workloads.torch_ops import torch_fn
+
+    latencies = {}
+    with torch.no_grad():
+        for entry in suite:
+            run = torch_fn(entry.workload, entry.workload.random_inputs(0))
+            run(), run()
+            started = time.perf_counter()
+            run()
+            number = max(1, int(min_s / max(time.perf_counter() - started, 1e-7)))
+            means = []
+            for _ in range(repeat):
+                started = time.perf_counter()
+                for _ in range(number):
+                    run()
+                means.append((time.perf_counter() - started) / number)
+            latencies[entry.workload.key] = statistics.median(means)
+    return latencies
+
+
+def layer_frame(trace: pd.DataFrame, suite: Suite, torch_latency: Mapping[str, float] | None = None
+                ) -> pd.DataFrame:
+    """One row per distinct layer of the suite: weight, trials, our best latency, torch's (if given),
+    the speedup, and each side's share of the captured layers' time (weight x latency)."""
+    import pandas as pd
+
+    trials = trace.groupby("workload").size()
+    best = trace.groupby("workload").latency_s.min()
+    rows = [{"layer": e.layer, "workload": e.workload.key, "weight": e.weight,
+             "trials": int(trials.get(e.workload.key, 0)), "ours_ms": best.get(e.workload.key, np.nan) * 1e3,
+             "torch_ms": (torch_latency or {}).get(e.workload.key, np.nan) * 1e3} for e in suite]
+    frame = pd.DataFrame(rows)
+    frame["speedup"] = frame.torch_ms / frame.ours_ms
+    for side in ("ours", "torch"):
+        weighted = frame.weight * frame[f"{side}_ms"]
+        frame[f"{side}_share"] = weighted / weighted.sum()
+    return frame.sort_values("ours_share", ascending=False, ignore_index=True)
+
+
+def plot_model_trials(trace: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Trials each layer has received, against the model's trials: where the scheduler spent them."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6, 4))[1]
+    for layer, part in trace.groupby("layer", sort=False):
+        ax.step(part.model_trial, np.arange(1, len(part) + 1), where="post", label=layer)
+    ax.set_xlabel("trials of the model")
+    ax.set_ylabel("trials of the layer")
+    ax.legend(fontsize=7)
+    return ax
+
+
+def plot_model_latency(latency: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """The captured layers' estimated seconds after each batch."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6, 4))[1]
+    ax.step(latency.trials, latency.estimated_s * 1e3, where="post")
+    ax.set_xlabel("trials of the model")
+    ax.set_ylabel("estimated ms of the tuned layers")
+    return ax
 
 
 def round_correlation_frame(trace: pd.DataFrame) -> pd.DataFrame:
