@@ -83,7 +83,8 @@ def ours(model: Any, inputs: tuple[Any, ...], target: Any, trials_per_task: int,
     budget = trials_per_task * len(suite)
     if not records.exists() and (smaller := _smaller_budget_records(records)) is not None:
         shutil.copyfile(smaller, records)  # a larger budget goes on from where a smaller one stopped
-    done = len(RecordStore(records)) if records.exists() else 0
+    keys = {entry.workload.key for entry in suite}
+    done = sum(record["workload"] in keys for record in RecordStore(records)) if records.exists() else 0
     started = time.monotonic()
     if done < budget:
         tuner.tune_model(model, inputs, target, trials=budget - done, records=str(records),

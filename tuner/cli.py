@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--padding", type=int)
     tune.add_argument("--dilation", type=int)
     tune.add_argument("--layout", help="NCHW or NHWC (conv2d)")
-    tune.add_argument("--epilogue", help="bias, relu or bias_relu")
+    tune.add_argument("--epilogue", help="bias, relu, bias_relu, gelu or bias_gelu")
     tune.add_argument("--dtype", help="float32 or float16")
     tune.add_argument("--transpose-b", action="store_true")
     tune.add_argument("--time-budget", type=float, help="seconds")

@@ -3,7 +3,7 @@
 The model is captured as an ATen graph: with `torch.export`, or, where export fails, by tracing
 one run of it on the example inputs. Every `linear`/`addmm`/`mm`/`bmm`/`matmul`/`conv2d` node whose shapes a
 workload can express becomes one; the elementwise stages right after it that a workload fuses
-(bias, eval-mode BatchNorm folded into a bias, ReLU) become its epilogue. Identical workloads are
+(bias, eval-mode BatchNorm folded into a bias, ReLU or exact GELU) become its epilogue. Identical workloads are
 merged, their count the weight. Anything else stays with torch, and is listed by name.
 """
 
@@ -33,6 +33,7 @@ BATCH_NORM = {"aten.batch_norm.default", "aten.native_batch_norm.default",
               "aten._native_batch_norm_legit_no_training.default"}
 NO_TRAINING_BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"  # no `training` argument
 RELU = {"aten.relu.default", "aten.relu_.default"}
+GELU = {"aten.gelu.default", "aten.gelu_.default"}
 TRANSPOSE = {"aten.t.default", "aten.transpose.int", "aten.permute.default"}
 GEMM_CONV = LINEAR | ADDMM | MATMUL | CONV
 # Ops that move or create data but compute nothing: no FLOPs of their own.
@@ -150,11 +151,14 @@ class LayerMatcher:
         if norm is not None and not _training(norm):
             fused.append(norm.name)
             out, bias = norm, True
-        relu = _single_user(out, RELU)
-        if relu is not None:
-            fused.append(relu.name)
-            out = relu
-        kind = ("bias_relu" if relu is not None else "bias") if bias else ("relu" if relu is not None else None)
+        activation = None
+        relu, gelu = _single_user(out, RELU), _single_user(out, GELU)
+        if gelu is not None and _arg(gelu, 1, "approximate", "none") != "none":
+            gelu = None  # the tanh approximation stays in torch
+        if (act := relu or gelu) is not None:
+            fused.append(act.name)
+            out, activation = act, "relu" if relu is not None else "gelu"
+        kind = "_".join(part for part in ("bias" if bias else "", activation or "") if part) or None
         return kind, tuple(fused), out
 
     def linear(self, node: Any) -> Layer | None:

@@ -10,7 +10,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .epilogue import cast, with_epilogue
 from .workload import (DTYPES, EPILOGUES, Shape, Workload, apply_epilogue, check_choice, check_positive,
-                       epilogue_ops, finish)
+                       epilogue_ops, epilogue_parts, finish)
 
 LAYOUTS = ("NCHW", "NHWC")
 PAD_BLOCK = "pad"
@@ -118,7 +118,7 @@ class Conv2d(SlidingWindow, Workload):
 
     @property
     def input_shapes(self) -> tuple[Shape, ...]:
-        bias = ((self.K,),) if self.epilogue in ("bias", "bias_relu") else ()
+        bias = ((self.K,),) if epilogue_parts(self.epilogue)[0] else ()
         if self.layout == "NCHW":
             return ((self.N, self.C, self.H, self.W), (self.K, self.C, self.R, self.S)) + bias
         return ((self.N, self.H, self.W, self.C), (self.R, self.S, self.C, self.K)) + bias
@@ -198,7 +198,7 @@ class DepthwiseConv2d(SlidingWindow, Workload):
 
     @property
     def input_shapes(self) -> tuple[Shape, ...]:
-        bias = ((self.C,),) if self.epilogue in ("bias", "bias_relu") else ()
+        bias = ((self.C,),) if epilogue_parts(self.epilogue)[0] else ()
         return ((self.N, self.C, self.H, self.W), (self.C, 1, self.R, self.S)) + bias
 
     @property

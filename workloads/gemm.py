@@ -9,7 +9,7 @@ import numpy as np
 
 from .epilogue import cast, with_epilogue
 from .workload import (DTYPES, EPILOGUES, Shape, Workload, apply_epilogue, check_choice, check_positive,
-                       epilogue_ops, finish)
+                       epilogue_ops, epilogue_parts, finish)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Matmul(Workload):
     @property
     def input_shapes(self) -> tuple[Shape, ...]:
         b = (self.N, self.K) if self.transpose_b else (self.K, self.N)
-        bias = ((self.N,),) if self.epilogue in ("bias", "bias_relu") else ()
+        bias = ((self.N,),) if epilogue_parts(self.epilogue)[0] else ()
         return ((self.M, self.K), b) + bias
 
     @property

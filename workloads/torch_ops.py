@@ -8,18 +8,21 @@ from typing import Any
 
 import numpy as np
 
-from .workload import Workload
+from .workload import Workload, epilogue_parts
 
 GEMMS = ("matmul", "batch_matmul")
 
 
 def _epilogue(torch: Any, out: Any, bias: Any, epilogue: str | None, channel_axis: int) -> Any:
-    if epilogue in ("bias", "bias_relu"):
+    has_bias, activation = epilogue_parts(epilogue)
+    if has_bias:
         shape = [1] * out.dim()
         shape[channel_axis] = -1
         out = out + bias.reshape(shape)
-    if epilogue in ("relu", "bias_relu"):
+    if activation == "relu":
         out = torch.relu(out)
+    elif activation == "gelu":
+        out = torch.nn.functional.gelu(out)
     return out
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
 
 DTYPES = ("float32", "float16")
-EPILOGUES = (None, "bias", "relu", "bias_relu")
+EPILOGUES = (None, "bias", "relu", "bias_relu", "gelu", "bias_gelu")
 
 Shape = tuple[int, ...]
 
@@ -115,19 +116,34 @@ def finish(workload_output: np.ndarray, dtype: str) -> np.ndarray:
     return np.ascontiguousarray(workload_output.astype(dtype))
 
 
+def epilogue_parts(epilogue: str | None) -> tuple[bool, str | None]:
+    """Whether an epilogue adds a bias, and the activation after it: None, "relu" or "gelu" (the
+    exact one, with erf, as torch's default)."""
+    if epilogue is None:
+        return False, None
+    return epilogue.startswith("bias"), epilogue.removeprefix("bias").lstrip("_") or None
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
 def apply_epilogue(acc: np.ndarray, epilogue: str | None, bias: np.ndarray | None,
                    channel_axis: int) -> np.ndarray:
     """Apply a fused epilogue to a float64 accumulator (bias broadcast along `channel_axis`)."""
-    if epilogue in ("bias", "bias_relu"):
+    has_bias, activation = epilogue_parts(epilogue)
+    if has_bias:
         assert bias is not None, f"the {epilogue} epilogue needs a bias"
         shape = [1] * acc.ndim
         shape[channel_axis] = -1
         acc = acc + bias.astype(np.float64).reshape(shape)
-    if epilogue in ("relu", "bias_relu"):
+    if activation == "relu":
         acc = np.maximum(acc, 0.0)
+    elif activation == "gelu":
+        acc = 0.5 * acc * (1.0 + np.asarray(_erf(acc / math.sqrt(2.0)), dtype=np.float64))
     return acc
 
 
 def epilogue_ops(epilogue: str | None) -> int:
-    """Elementwise FLOPs per output element of an epilogue."""
-    return {None: 0, "bias": 1, "relu": 1, "bias_relu": 2}[epilogue]
+    """Elementwise FLOPs per output element of an epilogue (GELU's erf counted as one)."""
+    has_bias, activation = epilogue_parts(epilogue)
+    return int(has_bias) + {None: 0, "relu": 1, "gelu": 4}[activation]

@@ -35,13 +35,13 @@ CUDA_TARGETS = {
 }
 
 # Small and odd shapes: 1x1x1, primes (257, 131, 509), shapes that no power-of-two tile divides,
-# transposed operands, float16, batches, strided / padded convolutions and fused epilogues.
+# transposed operands, float16, batches, strided / padded convolutions and fused epilogues (GELU too).
 WORKLOADS = {
     "matmul_1x1x1": matmul(1, 1, 1),
     "matmul_7x13x17_bias_relu": matmul(7, 13, 17, epilogue="bias_relu"),
     "matmul_257x131x509": matmul(257, 131, 509),
-    "matmul_33x20x17_transpose_b": matmul(33, 20, 17, transpose_b=True),
-    "matmul_16x24x40_fp16_bias": matmul(16, 24, 40, dtype="float16", epilogue="bias"),
+    "matmul_33x20x17_transpose_b_bias_gelu": matmul(33, 20, 17, transpose_b=True, epilogue="bias_gelu"),
+    "matmul_16x24x40_fp16_bias_gelu": matmul(16, 24, 40, dtype="float16", epilogue="bias_gelu"),
     "batch_matmul_3x7x13x17": batch_matmul(3, 7, 13, 17),
     "conv2d_nchw_s2_p3": conv2d(2, 3, 11, 13, 5, 3, 3, stride=2, padding=3),
     "conv2d_nhwc_bias_relu": conv2d(1, 4, 9, 7, 6, 3, 3, padding=1, layout="NHWC", epilogue="bias_relu"),
@@ -51,7 +51,7 @@ CPU_COUNTS = {name: CONFIGS for name in WORKLOADS}  # 257x131x509 takes ~0.3 s a
 # nvcc costs about 0.5-1 CPU-second a kernel (cicc parsing the headers; more for unrolled code), so
 # by default CUDA checks a subset covering every operator, odd shapes, float16 and epilogues; set
 # SEARCH_SPACE_FULL_CUDA=1 to check all workloads (about three more minutes on two cores).
-CUDA_DEFAULT = ("matmul_1x1x1", "matmul_7x13x17_bias_relu", "matmul_16x24x40_fp16_bias",
+CUDA_DEFAULT = ("matmul_1x1x1", "matmul_7x13x17_bias_relu", "matmul_16x24x40_fp16_bias_gelu",
                 "batch_matmul_3x7x13x17", "conv2d_nchw_s2_p3", "depthwise_s2_p3")
 FULL_CUDA = os.environ.get("SEARCH_SPACE_FULL_CUDA", "") not in ("", "0")
 CUDA_CASES = [pytest.param(name, marks=() if FULL_CUDA or name in CUDA_DEFAULT else pytest.mark.skip(
@@ -162,7 +162,7 @@ def test_cuda_configs_compile_with_nvcc_and_verify(name, arch, tmp_path):
 
 # ------------------------------------------------------------------------------ determinism
 
-DETERMINISM_CASES = [(n, t) for n in ("matmul_7x13x17_bias_relu", "matmul_16x24x40_fp16_bias",
+DETERMINISM_CASES = [(n, t) for n in ("matmul_7x13x17_bias_relu", "matmul_16x24x40_fp16_bias_gelu",
                                       "conv2d_nchw_s2_p3", "depthwise_s2_p3") for t in ("llvm", "sm_90")]
 
 
@@ -199,7 +199,7 @@ def test_shared_prefixes_give_the_program_built_step_by_step(name):
 
 # ----------------------------------------------------------------------------------- JSON
 
-JSON_CASES = [(n, t) for n in ("matmul_257x131x509", "matmul_33x20x17_transpose_b", "batch_matmul_3x7x13x17",
+JSON_CASES = [(n, t) for n in ("matmul_257x131x509", "matmul_33x20x17_transpose_b_bias_gelu", "batch_matmul_3x7x13x17",
                                "conv2d_nhwc_bias_relu", "depthwise_s2_p3") for t in ("llvm", "sm_80")]
 
 
@@ -245,7 +245,7 @@ def test_print_space_sizes():
 
 # ----------------------------------------------------------------- neighbors and crossover
 
-WALK_CASES = [(n, t) for n in ("matmul_7x13x17_bias_relu", "matmul_16x24x40_fp16_bias", "batch_matmul_3x7x13x17",
+WALK_CASES = [(n, t) for n in ("matmul_7x13x17_bias_relu", "matmul_16x24x40_fp16_bias_gelu", "batch_matmul_3x7x13x17",
                                "conv2d_nchw_s2_p3", "depthwise_s2_p3") for t in ("llvm", "sm_80")]
 
 
