@@ -1,4 +1,5 @@
-"""`autotune`: tune an operator or a suite from the shell, and read record files.
+"""`autotune`: tune an operator, a suite or a model from the shell, read record files, and
+measure the machine.
 
 Every user mistake ends in one line on stderr and exit code 2; a run that measured nothing
 successfully exits 1; success exits 0.
@@ -92,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     best.add_argument("--json", action="store_true")
 
     commands.add_parser("operators", help="list the operators and their shape parameters")
+
+    machine = commands.add_parser("machine", help="this CPU's measured peak FLOP/s, memory bandwidth and caches")
+    machine.add_argument("--remeasure", action="store_true", help="measure again instead of reading the cache")
+    machine.add_argument("--json", action="store_true")
     return parser
 
 
@@ -226,6 +231,28 @@ def _best(args: argparse.Namespace) -> int:
     return 0
 
 
+def _machine(args: argparse.Namespace) -> int:
+    from .measure.machine import cache_path, machine_facts
+    from search import resolve_target
+
+    facts = machine_facts(remeasure=args.remeasure)
+    if args.json:
+        print(json.dumps(facts.to_json(), indent=1))
+        return 0
+    theoretical = (f"{facts.theoretical_gflops:.1f} GFLOP/s at the {facts.clock_mhz:.0f} MHz the OS reports"
+                   if facts.theoretical_gflops else "unknown (no clock reported)")
+    caches = ", ".join(f"{level} {size >> 10} KiB" for level, size in sorted(facts.caches.items()))
+    print(f"CPU: {facts.cpu_model} ({facts.mcpu}), {facts.cores} cores, {facts.vector_bits}-bit vectors "
+          f"({', '.join(facts.isa)})\n"
+          f"peak FP32: {facts.peak_gflops:.1f} GFLOP/s on {facts.cores} cores, {facts.peak_gflops_1core:.1f} on one "
+          f"({facts.flops_per_cycle} FLOP/cycle/core: {facts.implied_clock_mhz:.0f} MHz implied)\n"
+          f"theoretical: {theoretical}\n"
+          f"memory bandwidth (triad): {facts.bandwidth_gbs:.1f} GB/s; balance {facts.balance:.1f} FLOP/byte\n"
+          f"caches: {caches or 'unknown'}\n"
+          f"measured {facts.measured_at}, cached in {cache_path(resolve_target('llvm'))}")
+    return 0
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import workloads  # light: user mistakes in shapes and names are reported before TVM loads
@@ -236,6 +263,8 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "best":
         return _best(args)
+    if args.command == "machine":
+        return _machine(args)
     if args.trials < 1:
         raise UsageError(f"--trials must be a positive integer, got {args.trials}")
     workload = _workload(args) if args.command == "tune" else None

@@ -66,6 +66,17 @@ class Workload(ABC):
         """Floating-point operations: 2 per multiply-accumulate, 1 per epilogue op per output."""
 
     @property
+    def memory_bytes(self) -> int:
+        """Bytes that must move between memory and the chip at least once: every input and output."""
+        itemsize = np.dtype(self.dtype).itemsize
+        return itemsize * sum(math.prod(shape) for shape in (*self.input_shapes, *self.output_shapes))
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOPs per byte of compulsory memory traffic (the roofline's x axis)."""
+        return self.flops / self.memory_bytes
+
+    @property
     @abstractmethod
     def input_shapes(self) -> tuple[Shape, ...]: ...
 
