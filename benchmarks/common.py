@@ -29,6 +29,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from search import TargetInfo
+    from tuner.measure.machine import MachineFacts
     from workloads import Workload
 
 CORES = len(os.sched_getaffinity(0))
@@ -301,6 +302,55 @@ class Timer:
     def python(self, fn: Callable[[], Any], protocol: TimingProtocol | None = None) -> float:
         """Median seconds of a callable, in the loops `time_evaluator` would time it in."""
         return statistics.median(loop_means(fn, protocol or self.protocol, self.sync))
+
+
+# --- the roofline ----------------------------------------------------------------------------------
+
+def host_facts(target: TargetInfo) -> MachineFacts | None:
+    """This CPU's measured peak and bandwidth (measured now if not cached); None on CUDA."""
+    from tuner.measure.machine import machine_facts
+
+    return None if target.is_cuda else machine_facts(target)
+
+
+def roofline_columns(workload: Workload, facts: MachineFacts | None, latencies: dict[str, float | None]
+                     ) -> dict[str, Any]:
+    """A workload's place under the roofline: its intensity, the attainable GFLOP/s, what bounds it,
+    and each side's GFLOP/s as a fraction of that (`<side>_roofline_fraction`)."""
+    columns: dict[str, Any] = {"intensity": workload.intensity}
+    if facts is None:
+        return columns
+    attainable, bound = facts.roofline(workload.flops, workload.memory_bytes)
+    columns.update(roofline_gflops=attainable, bound=bound)
+    for side, seconds in latencies.items():
+        columns[f"{side}_roofline_fraction"] = workload.flops / seconds / 1e9 / attainable if seconds else None
+    return columns
+
+
+def plot_roofline(points: dict[str, list[tuple[float, float]]], facts: MachineFacts, path: Path, title: str) -> None:
+    """Log-log roofline of the machine with one marker per (intensity, GFLOP/s) point, by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    intensities = [x for side in points.values() for x, _ in side] or [facts.balance]
+    xs = np.logspace(np.log10(min(min(intensities), facts.balance) / 2), np.log10(max(intensities) * 2), 200)
+    ax.plot(xs, np.minimum(facts.peak_gflops, xs * facts.bandwidth_gbs), color="black", lw=1.2,
+            label=f"roofline ({facts.peak_gflops:.0f} GFLOP/s, {facts.bandwidth_gbs:.0f} GB/s)")
+    for (side, side_points), marker in zip(points.items(), "os^dv"):
+        ax.scatter([x for x, _ in side_points], [y for _, y in side_points], marker=marker, s=22, label=side,
+                   alpha=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 # --- the vendor libraries ---------------------------------------------------------------------------

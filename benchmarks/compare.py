@@ -8,9 +8,11 @@ For each workload and trial budget the two tuners run one after the other, their
 from one workload to the next (so that a drift of the machine hits both alike); then both best
 kernels, torch (oneDNN/MKL on CPU, cuBLAS/cuDNN on CUDA) and, for GEMMs on the CPU, numpy
 (OpenBLAS) are re-timed here in alternating rounds with the same protocol, every side on every
-core (TVM_NUM_THREADS and torch's threads). Writes `<out>/<date>-<target>.json` and `.md`, and two
-plots: best-so-far GFLOPS against trials and against tuning seconds, both tuners on one axes per
-workload.
+core (TVM_NUM_THREADS and torch's threads). On the CPU every row is placed under the machine's
+roofline (`autotune machine`: measured peak and bandwidth): intensity, bound, and each side's
+fraction of the attainable GFLOP/s. Writes `<out>/<date>-<target>.json` and `.md`, and plots:
+best-so-far GFLOPS against trials and against tuning seconds, both tuners on one axes per
+workload, and the roofline with every side's kernels on it.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import (BUILDER_TIMEOUT_S, RESULTS, Quiet, Timer, Timing, TimingProtocol, command, fmt,
-                               machine, today, tune_metaschedule, vendor_sides, versions, write_report)
+                               host_facts, machine, plot_roofline, roofline_columns, today, tune_metaschedule,
+                               vendor_sides, versions, write_report)
 
 if TYPE_CHECKING:
     from search import Config, TargetInfo
     from search.records import MeasureResult
     from tuner import Measurer
     from tuner.measure import OnResult
+    from tuner.measure.machine import MachineFacts
     from workloads import Workload
 
 QUIET_CORES = 0.25  # other processes' core use above which a timing counts as disturbed
@@ -135,8 +139,9 @@ def retime(workload: Workload, target: TargetInfo, runs: dict[str, Run], rounds:
 
 
 def compare(workload: Workload, target: TargetInfo, trials: int, seed: int, tuners: list[tuple[str, Tuner]],
-            rounds: int) -> dict:
-    """A report row: the tuners run in the given order, then every side re-timed."""
+            rounds: int, facts: MachineFacts | None) -> dict:
+    """A report row: the tuners run in the given order, then every side re-timed, each placed
+    under the machine's roofline (`facts`, on the CPU)."""
     runs = {}
     for name, tune in tuners:
         print(f"  {name}: tuning {trials} trials", flush=True)
@@ -155,6 +160,7 @@ def compare(workload: Workload, target: TargetInfo, trials: int, seed: int, tune
         "ours_best_config": ours.best_config,
         "other_load": {name: round(load, 2) for name, (_, load) in timings.items()},  # cores others used meanwhile
         "ours_curve": ours.curve, "metaschedule_curve": ms.curve if ms else [],
+        **roofline_columns(workload, facts, {side: latency.get(side) for side in ("ours", "metaschedule", "torch")}),
     }
 
 
@@ -164,16 +170,30 @@ def gflops(row: dict, side: str) -> float | None:
     return row["flops"] / latency / 1e9 if latency else None
 
 
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 def table_row(r: dict) -> str:
     """A report row as a line of the Markdown table."""
     g = {side: gflops(r, side) for side in ("ours", "metaschedule", "torch", "numpy")}
+    roof = " | ".join(_percent(r.get(f"{side}_roofline_fraction")) for side in ("ours", "metaschedule", "torch"))
     to = "-" if r["ours_trials_to_metaschedule_best"] is None else \
         f"{r['ours_trials_to_metaschedule_best']} / {r['ours_seconds_to_metaschedule_best']:.0f} s"
     return (f"| {r['workload']} | {r['trials']} | {fmt(g['ours'])} | {fmt(g['metaschedule'])} | "
             f"{fmt(g['torch'])} | {fmt(g['numpy'])} | "
             f"{fmt(g['ours'] / g['metaschedule'] if g['metaschedule'] else None, 2)}x | "
             f"{fmt(g['ours'] / g['torch'] if g['torch'] else None, 2)} | {r['ours_tune_s']:.0f} | "
-            f"{fmt(r['metaschedule_tune_s'], 0)} | {to} | {r['ours_search_overhead']:.0%} |")
+            f"{fmt(r['metaschedule_tune_s'], 0)} | {to} | {r['ours_search_overhead']:.0%} | "
+            f"{r.get('intensity', 0):.1f} | {r.get('bound', '-')} | {roof} |")
+
+
+def _machine_line(report: dict) -> str:
+    measured = report["machine"].get("measured")
+    if not measured:
+        return "not measured"
+    return (f"peak {measured['peak_gflops']:.0f} GFLOP/s, {measured['peak_gflops_1core']:.0f} on one core, "
+            f"bandwidth {measured['bandwidth_gbs']:.0f} GB/s")
 
 
 def markdown(report: dict) -> str:
@@ -187,10 +207,13 @@ def markdown(report: dict) -> str:
              f"for a quiet CPU (other processes under {QUIET_CORES} cores); the fastest quiet round kept. "
              "*vs MS*: MetaSchedule's latency over ours (> 1: ours is faster); *of torch*: our speed as a "
              "fraction of torch's; *to MS best*: trials and tuning seconds our run needed to reach "
-             "MetaSchedule's final best (by the tuners' own measurements; - if never).", "",
+             "MetaSchedule's final best (by the tuners' own measurements; - if never); *FLOP/B*: arithmetic "
+             "intensity (FLOPs per byte of inputs and outputs); *bound*: what limits it under this CPU's "
+             "roofline (`autotune machine`: " + _machine_line(report) + "); *% roof*: each side's share of the "
+             "attainable GFLOP/s (min of peak and intensity x bandwidth).", "",
              "| workload | trials | ours | MetaSchedule | torch | numpy | vs MS | of torch | ours tune s | MS tune s "
-             "| to MS best | search overhead |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| to MS best | search overhead | FLOP/B | bound | ours % roof | MS % roof | torch % roof |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [table_row(r) for r in rows]
     disturbed = [f"{r['workload']} @{r['trials']}: {side} ({load} cores)" for r in rows
                  for side, load in r.get("other_load", {}).items() if load >= QUIET_CORES]
@@ -295,6 +318,8 @@ def main(argv: list[str] | None = None, workloads_default: Sequence[str] = MIXED
     target = search.resolve_target(args.target)
     out = args.out / f"{name}{today()}-{target.kind}"
     report = start_report(out, target, args.resume)
+    facts = host_facts(target)
+    report["machine"]["measured"] = facts.to_json() if facts else None
     done = {(r["workload"], r["trials"]) for r in report["rows"]}
     jobs = [(trials, workload) for trials in args.trials for workload in workloads]
     order = tuners(args)
@@ -303,12 +328,18 @@ def main(argv: list[str] | None = None, workloads_default: Sequence[str] = MIXED
         if (workload.key, trials) in done:
             print("  kept from", out.with_suffix(".json"), flush=True)
             continue
-        row = compare(workload, target, trials, args.seed, order if index % 2 == 0 else order[::-1], args.rounds)
+        row = compare(workload, target, trials, args.seed, order if index % 2 == 0 else order[::-1], args.rounds,
+                      facts)
         report["rows"].append(row)
         print(f"  ours {gflops(row, 'ours'):.1f} GFLOPS, MetaSchedule {gflops(row, 'metaschedule') or 0:.1f}, "
               f"torch {gflops(row, 'torch') or 0:.1f}", flush=True)
         write_report(out, report, markdown(report))  # kept after each workload
     plots = plot(report, out)
+    if facts is not None:
+        plots.append(out.with_name(f"{out.name}-roofline.png"))
+        plot_roofline({side: [(from_key(r["workload"]).intensity, g) for r in report["rows"]
+                              if (g := gflops(r, side))] for side in ("ours", "metaschedule", "torch")},
+                      facts, plots[-1], f"{report['machine']['target']}, {report['date']}")
     print(markdown(report))
     print("wrote", out.with_suffix(".json"), out.with_suffix(".md"), *plots)
     return 0

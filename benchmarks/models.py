@@ -15,7 +15,9 @@ measures only what its budget still lacks; a larger budget starts from a copy of
 budget's records, as a user tuning on would (its *tune s* counts only the trials it added).
 Writes `<out>/models-<date>-<target>.json` (a `rows` list: model, variant, trials_per_task,
 latency_s (median), q25_s, q75_s, tune_s, matches, host), `.md` and a plot of the speedups over
-torch eager.
+torch eager; with our variant, also a `layers` list: every distinct layer at our largest budget
+against torch's version, with its share of the time and its place under the machine's roofline
+(plotted too).
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from typing import Any
 
 from tuner.defaults import BATCH_SIZE
 
-from benchmarks.common import (RESULTS, TimingProtocol, command, fmt, loop_means, machine, today, torch_on_all_cores,
-                               versions, write_report)
+from benchmarks.common import (RESULTS, TimingProtocol, command, fmt, host_facts, loop_means, machine, plot_roofline,
+                               roofline_columns, today, torch_on_all_cores, versions, write_report)
 
 TORCH_VARIANTS = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "torch_compile_freezing")
 TUNED_VARIANTS = ("ours", "ours_compiled", "relax_metaschedule")
@@ -158,6 +160,32 @@ def model_rows(name: str, variants: list[str], budgets: list[int], target: Any, 
                    "tune_s": tune_s, "matches": matches(fn, reference), "host": host, **extra}
 
 
+def layer_rows(name: str, budget: int, records: Path, target: Any, facts: Any) -> list[dict[str, Any]]:
+    """Each distinct layer of a model at our largest budget: its weight, our best kernel and torch's
+    version timed here, each side's share of the layers' time, and both under the roofline."""
+    from search.records import RecordStore, median_cost
+    from tuner.analysis import torch_layer_latency
+    from workloads import from_torch
+    from workloads.models import zoo_model
+
+    suite = from_torch(*zoo_model(name))
+    store = RecordStore(records)
+    torch_latency = torch_layer_latency(suite)
+    rows = []
+    for entry in suite:
+        best = store.best(entry.workload.key, target.key)
+        ours = median_cost(best) if best else None
+        torch = torch_latency[entry.workload.key]
+        rows.append({"model": name, "trials_per_task": budget, "layer": entry.layer, "workload": entry.workload.key,
+                     "weight": entry.weight, "ours_latency_s": ours, "torch_latency_s": torch,
+                     **roofline_columns(entry.workload, facts, {"ours": ours, "torch": torch})})
+    for side in ("ours", "torch"):
+        total = sum(r["weight"] * (r[f"{side}_latency_s"] or 0.0) for r in rows)
+        for r in rows:
+            r[f"{side}_share"] = r["weight"] * (r[f"{side}_latency_s"] or 0.0) / total if total else None
+    return sorted(rows, key=lambda r: -(r["ours_share"] or 0.0))
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Whole models end to end ({report['date']}, {report['machine']['target']})", "",
              f"Command: `{report['command']}`", "", f"Machine: {report['machine']}", "",
@@ -173,7 +201,32 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {r['model']} | {r['variant']} | {r['trials_per_task'] or '-'} | {r['latency_s'] * 1e3:.2f} | "
                      f"{r['q25_s'] * 1e3:.2f}-{r['q75_s'] * 1e3:.2f} | {fmt(speedup, 2)} | {r['tune_s']:.0f} | "
                      f"{'yes' if r['matches'] else 'NO'} |")
+    if report.get("layers"):
+        lines += ["", "## Layer by layer, under the roofline", "",
+                  "Each distinct layer at our largest budget: *weight*, occurrences per pass; ours (best record) "
+                  "and torch's version timed here, in ms; *share*: of the captured layers' time on each side; "
+                  "*% roof*: GFLOP/s as a share of the attainable (min of the measured peak and intensity x "
+                  "bandwidth, `autotune machine`: " + _machine_line(report) + ").", "",
+                  "| model | layer | weight | ours ms | torch ms | speedup | ours share | torch share | FLOP/B "
+                  "| bound | ours % roof | torch % roof |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in report["layers"]:
+            ours, torch = r["ours_latency_s"], r["torch_latency_s"]
+            lines.append(f"| {r['model']} | {r['layer']} | {r['weight']} | {fmt(ours and ours * 1e3, 3)} | "
+                         f"{torch * 1e3:.3f} | {fmt(ours and torch / ours, 2)} | {_percent(r['ours_share'])} | "
+                         f"{_percent(r['torch_share'])} | {r['intensity']:.1f} | {r.get('bound', '-')} | "
+                         f"{_percent(r.get('ours_roofline_fraction'))} | "
+                         f"{_percent(r.get('torch_roofline_fraction'))} |")
     return "\n".join(lines) + "\n"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _machine_line(report: dict[str, Any]) -> str:
+    measured = report["machine"].get("measured")
+    return "not measured" if not measured else (f"peak {measured['peak_gflops']:.0f} GFLOP/s, bandwidth "
+                                                f"{measured['bandwidth_gbs']:.0f} GB/s")
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -218,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     from search import resolve_target
+    from workloads import from_key
 
     target = resolve_target(args.target)
     if target.is_cuda and not torch_on_all_cores().cuda.is_available():
@@ -230,12 +284,24 @@ def main(argv: list[str] | None = None) -> int:
     done = {(r["model"], r["variant"], r["trials_per_task"]) for r in report["rows"]}
     args.records_dir.mkdir(parents=True, exist_ok=True)
     report["machine"]["omp_wait_policy"] = os.environ["OMP_WAIT_POLICY"]
+    facts = host_facts(target)
+    report["machine"]["measured"] = facts.to_json() if facts else None
     host = {k: report["machine"][k] for k in ("cpu", "cores", "tvm_threads", "torch_threads", "omp_wait_policy")}
     for name in args.models:
         for row in model_rows(name, args.variants, args.trials_per_task, target, args.records_dir, host, done):
             report["rows"].append(row)
             write_report(stem, report, markdown(report))  # kept after every row
+        budgets = [r["trials_per_task"] for r in report["rows"] if r["model"] == name and r["variant"] == "ours"]
+        if budgets and (records := args.records_dir / f"{name}-{max(budgets)}.jsonl").exists():
+            report["layers"] = [r for r in report.get("layers", []) if r["model"] != name] + layer_rows(
+                name, max(budgets), records, target, facts)
+            write_report(stem, report, markdown(report))
     plot(report, stem.with_name(stem.name + ".png"))
+    if facts is not None and report.get("layers"):
+        points = {side: [(r["intensity"], from_key(r["workload"]).flops / r[f"{side}_latency_s"] / 1e9)
+                         for r in report["layers"] if r[f"{side}_latency_s"]] for side in ("ours", "torch")}
+        plot_roofline(points, facts, stem.with_name(stem.name + "-roofline.png"),
+                      f"model layers, {report['machine']['target']}")
     print(markdown(report))
     return 0
 
