@@ -17,18 +17,20 @@ if TYPE_CHECKING:
     from .api import SuiteResult, apply_best, tune, tune_suite
     from .loop import run
     from .model import ModelResult, tune_model
-    from .torch_kernels import load_optimized, optimize, save_optimized
+    from .torch_kernels import OptimizedModule, load_optimized, optimize, save_optimized
     from .measure import Harness, LocalBuilder, LocalRunner, Measurer, ReplayMeasurer, RPCRunner
+    from .measure.machine import MachineFacts, machine_facts, with_machine
     from .result import Kernel, TuneResult
     from .session import Session
 
 _EXPORTS = {
     "tune": ".api", "tune_suite": ".api", "apply_best": ".api", "SuiteResult": ".api", "run": ".loop",
-    "tune_model": ".model", "ModelResult": ".model", "optimize": ".torch_kernels",
+    "tune_model": ".model", "ModelResult": ".model", "optimize": ".torch_kernels", "OptimizedModule": ".torch_kernels",
     "save_optimized": ".torch_kernels", "load_optimized": ".torch_kernels",
     "Session": ".session", "TuneResult": ".result", "Kernel": ".result", "Measurer": ".measure",
     "Harness": ".measure", "LocalBuilder": ".measure", "LocalRunner": ".measure", "RPCRunner": ".measure",
-    "ReplayMeasurer": ".measure", "RecordStore": "search.records", "RecordError": "search.records",
+    "ReplayMeasurer": ".measure", "machine_facts": ".measure.machine", "with_machine": ".measure.machine",
+    "MachineFacts": ".measure.machine", "RecordStore": "search.records", "RecordError": "search.records",
     "ErrorKind": "search.records", "MeasureResult": "search.records",
 }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -141,10 +141,13 @@ class SuiteResult:
 def tune_suite(suite: Suite, target: Any = "llvm", *, trials: int = 2000, records: str | None = None,
                seed: int = 0, strategy: str = "evolutionary", model: str | CostModel = "lightgbm",
                pretrained: bool = True, progress: bool = True, time_budget_s: float | None = None,
-               batch_size: int = BATCH_SIZE, measurer: Measurer | None = None) -> SuiteResult:
+               batch_size: int = BATCH_SIZE, measurer: Measurer | None = None,
+               baseline: Mapping[str, float] | None = None) -> SuiteResult:
     """Share `trials` over the suite's workloads and one cost model; the next batch goes to the
     workload whose weighted latency is expected to drop most (`loop.GradientScheduler`). Stops at
-    `trials` or `time_budget_s`; Ctrl-C stops it too, with every finished measurement saved."""
+    `trials` or `time_budget_s`; Ctrl-C stops it too, with every finished measurement saved.
+    `baseline`, seconds per workload key as it runs without tuning (e.g. torch's), lets the
+    progress bar show the layers' expected gain so far (layers not measured yet count at it)."""
     _check_budget(trials, time_budget_s, None, batch_size)
     start = time.monotonic()
     resolved = resolve_target(target)
@@ -156,8 +159,13 @@ def tune_suite(suite: Suite, target: Any = "llvm", *, trials: int = 2000, record
         last = [sessions[0]]
 
         def postfix() -> dict[str, Any]:
-            total = sum(e.weight * s.best_latency for e, s in zip(suite, sessions))
-            return {"layers": f"{total * 1e3:.3g} ms" if np.isfinite(total) else "-",
+            before = baseline or {}
+            total = sum(e.weight * (s.best_latency if np.isfinite(s.best_latency) else
+                                    before.get(s.workload.key, np.inf)) for e, s in zip(suite, sessions))
+            known = all(e.workload.key in before for e in suite)
+            gain = sum(e.weight * before[e.workload.key] for e in suite) / total if known else None
+            shown = f"{total * 1e3:.3g} ms" + (f" ({gain:.2f}x torch)" if gain else "") if np.isfinite(total) else "-"
+            return {"layers": shown,
                     "task": layers[last[0].workload.key][:40],
                     "errors": sum(sum(s.errors().values()) for s in sessions)}
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from search import resolve_target
 from workloads import ModelSuite, from_torch
 
 from .api import SuiteResult, tune_suite
@@ -44,12 +45,19 @@ def tune_model(model: Any, example_inputs: Sequence[Any], /, target: Any = "llvm
                records: str | None = None, seed: int = 0, time_budget_s: float | None = None,
                progress: bool = True, name: str | None = None, **options: Any) -> ModelResult:
     """Capture `model` (a `torch.nn.Module`, run in eval mode) on `example_inputs` (one input set,
-    or a list of them: see `workloads.input_sets`) and tune its layers, resumable from `records`; `options` go to `tune_suite` (strategy, batch_size, measurer,
-    and `model`, the cost model, as `tune_suite` names it: the torch model comes first, by position)."""
+    or a list of them: see `workloads.input_sets`) and tune its layers, resumable from `records`.
+    `options` go to `tune_suite` (strategy, batch_size, measurer, and `model`, the cost model, as
+    `tune_suite` names it: the torch model comes first, by position). With the progress bar on a
+    CPU, torch's version of each layer is timed first, so the bar shows the gain so far."""
     suite = from_torch(model, example_inputs, name=name)
     if not suite.entries:
         raise ValueError(f"no layer of {type(model).__name__} can be tuned; all stays in torch: "
                          + ", ".join(suite.left_to_torch))
-    tuned = tune_suite(suite, target, trials=trials, records=records, seed=seed, time_budget_s=time_budget_s,
+    resolved = resolve_target(target)
+    if progress and not resolved.is_cuda and "baseline" not in options:
+        from .analysis import torch_layer_latency
+
+        options["baseline"] = torch_layer_latency(suite)  # the progress bar's gain over torch
+    tuned = tune_suite(suite, resolved, trials=trials, records=records, seed=seed, time_budget_s=time_budget_s,
                        progress=progress, **options)
     return ModelResult(suite, tuned, model, tuple(example_inputs))

@@ -62,6 +62,13 @@ def test_a_cnn_with_batchnorm_is_tuned_layer_by_layer_and_resumes(tmp_path):
     assert len(RecordStore(records)) == 24 and again.estimated_latency <= first.estimated_latency
 
 
+def test_the_progress_bar_shows_the_gain_over_torch(tmp_path, capsys):
+    result = tune_model(MLP(), (torch.randn(5, 19),), measurer=DraftMeasurer(), trials=4, batch_size=2,
+                        records=str(tmp_path / "mlp.jsonl"), pretrained=False)
+    bar = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "4/4" in bar and f"layers={result.estimated_latency * 1e3:.3g} ms (" in bar and "x torch)" in bar
+
+
 def test_an_mlp_is_tuned_on_this_cpu_into_correct_kernels(tmp_path):
     result = tune_model(MLP(), (torch.randn(5, 19),), trials=4, batch_size=2, records=str(tmp_path / "mlp.jsonl"),
                         progress=False)
