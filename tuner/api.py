@@ -177,8 +177,8 @@ def tune_suite(suite: Suite, target: Any = "llvm", *, trials: int = 2000, record
                 last[0] = session
                 bar(session, count)
 
-            run(sessions, used, trials, batch_size=batch_size, scheduler=GradientScheduler([e.weight for e in suite]),
-                stop=stop, on_batch=on_batch)
+            run(sessions, used, trials, batch_size=batch_size, stop=stop, on_batch=on_batch,
+                scheduler=GradientScheduler([e.weight for e in suite], batch_size))
     return SuiteResult(suite, {s.workload.key: _result(s) for s in sessions})
 
 

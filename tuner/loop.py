@@ -15,20 +15,24 @@ from .defaults import BATCH_SIZE
 from .measure import Measurer
 from .session import Session
 
-GAIN_FLOOR = 0.02  # relative gain per trial assumed of a task that stopped improving: none is starved
+ALPHA = 0.2  # weight of the observed gain against the optimistic one (Ansor: Zheng et al., OSDI 2020, sec. 6)
+WINDOW = 3  # batches the observed gain is averaged over
 
 
 class GradientScheduler:
     """Which session gets the next batch: after one batch each, the one whose weighted latency is
-    expected to drop most, weight x latency x its recent relative gain per batch (Ansor's gradient
-    idea), with a floor so that no session is starved."""
+    expected to drop most (Ansor's task scheduler): weight x latency x a blend of its observed
+    relative gain per batch over the last few batches and an optimistic guess that shrinks with
+    the trials it has had (batch size / trials so far, resumed ones included). The guess keeps any
+    one task from taking every batch: trials end up roughly in proportion to weighted latency."""
 
-    def __init__(self, weights: Sequence[float]) -> None:
+    def __init__(self, weights: Sequence[float], batch_size: int = BATCH_SIZE) -> None:
         self.weights = list(weights)
+        self.batch_size = batch_size
         self.history: list[list[float]] = [[] for _ in self.weights]
 
     def next(self, sessions: Sequence[Session], skip: set[int]) -> int:
-        untried = [i for i, h in enumerate(self.history) if not h and i not in skip]
+        untried = [i for i, h in enumerate(self.history) if not h and not sessions[i].measured and i not in skip]
         if untried:
             return untried[0]
         gains = []
@@ -39,9 +43,10 @@ class GradientScheduler:
             elif not np.isfinite(latency):
                 gains.append(math.inf)  # nothing works yet: most to gain
             else:
-                previous = h[-3] if len(h) >= 3 else h[0]
-                relative = (previous - latency) / previous if np.isfinite(previous) else 1.0
-                gains.append(weight * latency * max(relative / max(len(h[-3:]), 1), GAIN_FLOOR))
+                window = h[-WINDOW - 1:]
+                observed = max(window[0] - latency, 0.0) / window[0] / (len(window) - 1) if len(window) > 1 else 0.0
+                optimistic = self.batch_size / max(len(session.measured), 1)
+                gains.append(weight * latency * (ALPHA * observed + (1 - ALPHA) * optimistic))
         return int(np.argmax(gains))
 
     def done(self, index: int, session: Session) -> None:
@@ -59,7 +64,7 @@ def run(sessions: Sequence[Session], measurer: Measurer, trials: int, *, batch_s
     """
     if not sessions:
         raise ValueError("run needs at least one session")
-    scheduler = scheduler or GradientScheduler([1.0] * len(sessions))
+    scheduler = scheduler or GradientScheduler([1.0] * len(sessions), batch_size)
     exhausted: set[int] = set()
     done = 0
     try:

@@ -64,3 +64,26 @@ def test_the_scheduler_tries_every_session_then_skips_exhausted_ones(measurer):
     assert scheduler.next(sessions, set()) == 1
     scheduler.done(1, sessions[1])
     assert scheduler.next(sessions, {0}) == 1 and scheduler.next(sessions, {1}) == 0
+
+
+class StuckSession:
+    """A session whose best latency no longer improves, with `trials` measured so far."""
+
+    def __init__(self, latency: float, trials: int) -> None:
+        self.best_latency, self.measured = latency, dict.fromkeys(range(trials))
+
+
+def test_the_scheduler_shares_trials_by_weighted_latency_and_starves_none():
+    """Two tasks that stopped improving, 5 x 1.2 ms and 3 x 1.0 ms: the heavier one must not take
+    every batch (it did: the gain had a fixed floor, so the largest weighted latency always won)."""
+    sessions = [StuckSession(1.2e-3, 64), StuckSession(1.0e-3, 64)]  # resumed: 64 trials each
+    scheduler = GradientScheduler([5.0, 3.0], batch_size=64)
+    picks = []
+    for _ in range(40):
+        index = scheduler.next(sessions, set())
+        trials = len(sessions[index].measured)
+        sessions[index].measured.update(dict.fromkeys(range(trials, trials + 64)))
+        scheduler.done(index, sessions[index])
+        picks.append(index)
+    share = picks.count(0) / len(picks)
+    assert 0.55 < share < 0.75  # trials in proportion to weighted latency: 6 / (6 + 3) = 0.67
