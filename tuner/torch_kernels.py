@@ -245,6 +245,8 @@ def optimize(model: torch.nn.Module, example_inputs: Sequence[Any],
     resolved = resolve_target(target)
     _warn_if_torch_spins()
     return _optimize(model, example_inputs, _best_in(records, resolved), resolved, {})
+
+
 def _warn_if_torch_spins() -> None:
     """Tuned kernels and torch's ops take turns on the same cores; torch's OpenMP threads, by
     default, spin between ops and take the cores from the kernels (BERT-base on 2 cores: 591 ms a
