@@ -327,6 +327,20 @@ def roofline_columns(workload: Workload, facts: MachineFacts | None, latencies: 
     return columns
 
 
+def percent(value: float | None) -> str:
+    """A fraction as a whole percentage in a report table; - where there is none."""
+    return "-" if value is None else f"{value:.0%}"
+
+
+def machine_line(report: dict[str, Any]) -> str:
+    """The measured peaks a report's roofline columns are relative to, in words."""
+    measured = report["machine"].get("measured")
+    if not measured:
+        return "not measured"
+    return (f"peak {measured['peak_gflops']:.0f} GFLOP/s, {measured['peak_gflops_1core']:.0f} on one core, "
+            f"bandwidth {measured['bandwidth_gbs']:.0f} GB/s")
+
+
 def plot_roofline(points: dict[str, list[tuple[float, float]]], facts: MachineFacts, path: Path, title: str) -> None:
     """Log-log roofline of the machine with one marker per (intensity, GFLOP/s) point, by side."""
     import matplotlib

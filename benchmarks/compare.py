@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import (BUILDER_TIMEOUT_S, RESULTS, Quiet, Timer, Timing, TimingProtocol, command, fmt,
-                               host_facts, machine, plot_roofline, roofline_columns, today, tune_metaschedule,
-                               vendor_sides, versions, write_report)
+                               host_facts, machine, machine_line, percent, plot_roofline, roofline_columns, today,
+                               tune_metaschedule, vendor_sides, versions, write_report)
 
 if TYPE_CHECKING:
     from search import Config, TargetInfo
@@ -170,14 +170,10 @@ def gflops(row: dict, side: str) -> float | None:
     return row["flops"] / latency / 1e9 if latency else None
 
 
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
-
-
 def table_row(r: dict) -> str:
     """A report row as a line of the Markdown table."""
     g = {side: gflops(r, side) for side in ("ours", "metaschedule", "torch", "numpy")}
-    roof = " | ".join(_percent(r.get(f"{side}_roofline_fraction")) for side in ("ours", "metaschedule", "torch"))
+    roof = " | ".join(percent(r.get(f"{side}_roofline_fraction")) for side in ("ours", "metaschedule", "torch"))
     to = "-" if r["ours_trials_to_metaschedule_best"] is None else \
         f"{r['ours_trials_to_metaschedule_best']} / {r['ours_seconds_to_metaschedule_best']:.0f} s"
     return (f"| {r['workload']} | {r['trials']} | {fmt(g['ours'])} | {fmt(g['metaschedule'])} | "
@@ -186,14 +182,6 @@ def table_row(r: dict) -> str:
             f"{fmt(g['ours'] / g['torch'] if g['torch'] else None, 2)} | {r['ours_tune_s']:.0f} | "
             f"{fmt(r['metaschedule_tune_s'], 0)} | {to} | {r['ours_search_overhead']:.0%} | "
             f"{r.get('intensity', 0):.1f} | {r.get('bound', '-')} | {roof} |")
-
-
-def _machine_line(report: dict) -> str:
-    measured = report["machine"].get("measured")
-    if not measured:
-        return "not measured"
-    return (f"peak {measured['peak_gflops']:.0f} GFLOP/s, {measured['peak_gflops_1core']:.0f} on one core, "
-            f"bandwidth {measured['bandwidth_gbs']:.0f} GB/s")
 
 
 def markdown(report: dict) -> str:
@@ -209,7 +197,7 @@ def markdown(report: dict) -> str:
              "fraction of torch's; *to MS best*: trials and tuning seconds our run needed to reach "
              "MetaSchedule's final best (by the tuners' own measurements; - if never); *FLOP/B*: arithmetic "
              "intensity (FLOPs per byte of inputs and outputs); *bound*: what limits it under this CPU's "
-             "roofline (`autotune machine`: " + _machine_line(report) + "); *% roof*: each side's share of the "
+             "roofline (`autotune machine`: " + machine_line(report) + "); *% roof*: each side's share of the "
              "attainable GFLOP/s (min of peak and intensity x bandwidth).", "",
              "| workload | trials | ours | MetaSchedule | torch | numpy | vs MS | of torch | ours tune s | MS tune s "
              "| to MS best | search overhead | FLOP/B | bound | ours % roof | MS % roof | torch % roof |",

@@ -40,8 +40,9 @@ from typing import Any
 
 from tuner.defaults import BATCH_SIZE
 
-from benchmarks.common import (RESULTS, TimingProtocol, command, fmt, host_facts, loop_means, machine, plot_roofline,
-                               roofline_columns, today, torch_on_all_cores, versions, write_report)
+from benchmarks.common import (RESULTS, TimingProtocol, command, fmt, host_facts, loop_means, machine, machine_line,
+                               percent, plot_roofline, roofline_columns, today, torch_on_all_cores, versions,
+                               write_report)
 
 TORCH_VARIANTS = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "torch_compile_freezing")
 TUNED_VARIANTS = ("ours", "ours_compiled", "relax_metaschedule")
@@ -206,27 +207,17 @@ def markdown(report: dict[str, Any]) -> str:
                   "Each distinct layer at our largest budget: *weight*, occurrences per pass; ours (best record) "
                   "and torch's version timed here, in ms; *share*: of the captured layers' time on each side; "
                   "*% roof*: GFLOP/s as a share of the attainable (min of the measured peak and intensity x "
-                  "bandwidth, `autotune machine`: " + _machine_line(report) + ").", "",
+                  "bandwidth, `autotune machine`: " + machine_line(report) + ").", "",
                   "| model | layer | weight | ours ms | torch ms | speedup | ours share | torch share | FLOP/B "
                   "| bound | ours % roof | torch % roof |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in report["layers"]:
             ours, torch = r["ours_latency_s"], r["torch_latency_s"]
             lines.append(f"| {r['model']} | {r['layer']} | {r['weight']} | {fmt(ours and ours * 1e3, 3)} | "
-                         f"{torch * 1e3:.3f} | {fmt(ours and torch / ours, 2)} | {_percent(r['ours_share'])} | "
-                         f"{_percent(r['torch_share'])} | {r['intensity']:.1f} | {r.get('bound', '-')} | "
-                         f"{_percent(r.get('ours_roofline_fraction'))} | "
-                         f"{_percent(r.get('torch_roofline_fraction'))} |")
+                         f"{torch * 1e3:.3f} | {fmt(ours and torch / ours, 2)} | {percent(r['ours_share'])} | "
+                         f"{percent(r['torch_share'])} | {r['intensity']:.1f} | {r.get('bound', '-')} | "
+                         f"{percent(r.get('ours_roofline_fraction'))} | "
+                         f"{percent(r.get('torch_roofline_fraction'))} |")
     return "\n".join(lines) + "\n"
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
-
-
-def _machine_line(report: dict[str, Any]) -> str:
-    measured = report["machine"].get("measured")
-    return "not measured" if not measured else (f"peak {measured['peak_gflops']:.0f} GFLOP/s, bandwidth "
-                                                f"{measured['bandwidth_gbs']:.0f} GB/s")
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
