@@ -33,7 +33,9 @@ setup(
         # The tests and the type check. tornado and cloudpickle: TVM's RPC tracker and server; psutil:
         # the RPC test reads which addresses the servers listen on.
         "dev": ["pytest", "pytest-timeout", "tornado", "cloudpickle", "psutil", "nbclient", "nbformat", "ipykernel",
-                "matplotlib", "mypy"],
+                "matplotlib", "mypy", "ray>=2.52"],
+        # Measuring on the machines of a Ray cluster (tuner.RayMeasurer, --ray-address): plain Ray, no dashboard.
+        "distributed": ["ray>=2.52"],
         # Only to run MetaSchedule as a baseline in benchmarks/; xgboost pulls a CUDA NCCL wheel.
         "baseline": ["xgboost", "psutil", "cloudpickle"],
     },

@@ -156,6 +156,12 @@ def host_cpu_target(num_cores: int | None = None) -> Target:
     return tvm.target.Target({"kind": "llvm", "mcpu": detected.attrs["mcpu"], "num-cores": cores})
 
 
+def host_target(cores: int | None = None) -> TargetInfo:
+    """This machine's CPU as a resolved target (its caches included), on `cores` cores (all the
+    user's by default): what `"llvm"` means, and what a cluster node that owns `cores` offers."""
+    return TargetInfo.from_tvm(host_cpu_target(cores), caches=_cache_sizes())
+
+
 def resolve_target(target: Any) -> TargetInfo:
     """`"llvm"` (the host CPU, with its caches), `"cuda"` (the visible GPU, else an H100-class sm_90),
     a TVM target dict, a `tvm.target.Target`, or a `TargetInfo` (returned as it is)."""
@@ -166,7 +172,7 @@ def resolve_target(target: Any) -> TargetInfo:
     if isinstance(target, tvm.target.Target):
         return TargetInfo.from_tvm(target)
     if target == "llvm":
-        return TargetInfo.from_tvm(host_cpu_target(), caches=_cache_sizes())
+        return host_target()
     if target == "cuda":
         if tvm.runtime.enabled("cuda") and tvm.cuda(0).exist:
             return TargetInfo.from_tvm(tvm.target.Target.from_device(tvm.cuda(0)))

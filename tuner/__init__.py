@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .model import ModelResult, tune_model
     from .torch_kernels import OptimizedModule, load_optimized, optimize, save_optimized
     from .measure import Harness, LocalBuilder, LocalRunner, Measurer, ReplayMeasurer, RPCRunner
+    from .measure.cluster import RayMeasurer
     from .measure.machine import MachineFacts, machine_facts, with_machine
     from .result import Kernel, TuneResult
     from .session import Session
@@ -29,7 +30,7 @@ _EXPORTS = {
     "save_optimized": ".torch_kernels", "load_optimized": ".torch_kernels",
     "Session": ".session", "TuneResult": ".result", "Kernel": ".result", "Measurer": ".measure",
     "Harness": ".measure", "LocalBuilder": ".measure", "LocalRunner": ".measure", "RPCRunner": ".measure",
-    "ReplayMeasurer": ".measure", "machine_facts": ".measure.machine", "with_machine": ".measure.machine",
+    "ReplayMeasurer": ".measure", "RayMeasurer": ".measure.cluster", "machine_facts": ".measure.machine", "with_machine": ".measure.machine",
     "MachineFacts": ".measure.machine", "RecordStore": "search.records", "RecordError": "search.records",
     "ErrorKind": "search.records", "MeasureResult": "search.records",
 }

@@ -53,6 +53,21 @@ def _progress(total: int, label: str, enabled: bool,
         yield update
 
 
+def resolve_for(target: Any, measurer: Measurer | None) -> TargetInfo:
+    """The target to tune for: `target` resolved, or, for a measurer with a target of its own (a
+    cluster's CPU), that one, which "llvm" then stands for; any other target must equal it."""
+    fixed = getattr(measurer, "target", None)
+    if not isinstance(fixed, TargetInfo):
+        return resolve_target(target)
+    if isinstance(target, str) and target == "llvm":
+        return fixed
+    asked = resolve_target(target)
+    if asked.key != fixed.key:
+        raise ValueError(f"target {asked.key} is not the {fixed.key} the measurer times on; "
+                         "leave target as 'llvm' to tune for the measurer's CPU")
+    return fixed
+
+
 @contextmanager
 def _measurer_for(measurer: Measurer | None, target: TargetInfo) -> Iterator[Measurer]:
     """The caller's measurer, or a local harness for `target`, closed after. Made before the
@@ -76,7 +91,7 @@ def tune(workload: Workload, target: Any = "llvm", *, trials: int = 64, records:
     """Tune one workload; stops at `trials`, at `time_budget_s`, or after `early_stopping` trials
     without improvement. Ctrl-C stops it too, with every finished measurement saved."""
     _check_budget(trials, time_budget_s, early_stopping, batch_size)
-    resolved = resolve_target(target)
+    resolved = resolve_for(target, measurer)
     with _measurer_for(measurer, resolved) as used:
         session = Session(workload, resolved, strategy=strategy, model=model, pretrained=pretrained,
                           records=records, seed=seed)
@@ -150,7 +165,7 @@ def tune_suite(suite: Suite, target: Any = "llvm", *, trials: int = 2000, record
     progress bar show the layers' expected gain so far (layers not measured yet count at it)."""
     _check_budget(trials, time_budget_s, None, batch_size)
     start = time.monotonic()
-    resolved = resolve_target(target)
+    resolved = resolve_for(target, measurer)
     with _measurer_for(measurer, resolved) as used:
         sessions = _suite_sessions(suite, resolved, model, records, strategy=strategy, pretrained=pretrained,
                                    seed=seed)

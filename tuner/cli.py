@@ -71,9 +71,16 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--early-stopping", type=int, help="stop after this many trials without improvement")
     run_options(tune)
 
+    def cluster_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--ray-address", help="measure on the nodes of this Ray cluster ('auto': the one this "
+                                             "machine belongs to); needs pip install \"autotune[distributed]\"")
+        p.add_argument("--ray-resource", default="autotune_node",
+                       help="the custom resource the measuring nodes offer (default autotune_node)")
+
     suite = commands.add_parser("suite", help="tune every layer of a model suite")
     suite.add_argument("name", help="resnet50, bert_base, llm_7b or mobilenet_v2")
     run_options(suite)
+    cluster_options(suite)
     suite.set_defaults(trials=2000)
 
     model = commands.add_parser("model", help="tune every matrix product and convolution of a PyTorch model")
@@ -86,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--input-dtype", default="float32", help="dtype of those inputs (default float32)")
     model.add_argument("--time-budget", type=float, help="seconds")
     run_options(model)
+    cluster_options(model)
     model.set_defaults(trials=2000)
 
     best = commands.add_parser("best", help="the best of each workload in a records file")
@@ -167,6 +175,21 @@ def _model(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], str]:
         raise UsageError(f"unknown model {args.name!r}; the zoo has {', '.join(ZOO)}")
     model, inputs = zoo_model(args.name)
     return model, inputs, args.name
+
+
+def _cluster(args: argparse.Namespace) -> Any:
+    """A RayMeasurer for --ray-address, or a context that gives None (measure here)."""
+    from contextlib import nullcontext
+
+    if getattr(args, "ray_address", None) is None:
+        return nullcontext()
+    from .measure.cluster import RayMeasurer, import_ray
+
+    try:
+        import_ray()
+    except ImportError as err:
+        raise UsageError(f"--ray-address: {err}") from None
+    return RayMeasurer(args.ray_address, resource=args.ray_resource)
 
 
 def _target(text: str) -> Any:
@@ -279,16 +302,20 @@ def run(argv: list[str] | None = None) -> int:
     if workload is not None:
         result = tuner.tune(workload, time_budget_s=args.time_budget, early_stopping=args.early_stopping, **options)
         return _report([result], args.json)
+    with _cluster(args) as measurer:
+        if model is not None:
+            module, inputs, name = model
+            tuned = tuner.tune_model(module, inputs, name=name, time_budget_s=args.time_budget, measurer=measurer,
+                                     **options)
+        else:
+            assert suite is not None  # the command is "suite"
+            outcome = tuner.tune_suite(suite, measurer=measurer, **options)
     if model is not None:
-        module, inputs, name = model
-        tuned = tuner.tune_model(module, inputs, name=name, time_budget_s=args.time_budget, **options)
         captured = tuned.suite
         return _report(list(tuned.tuned.results.values()), args.json, {
             "capture": captured.method, "coverage_of_gemm_conv_flops": round(captured.coverage, 4),
             "coverage_of_all_flops": round(captured.coverage_of_all, 4),
             "left_to_torch": ", ".join(captured.left_to_torch), "estimated_layers_latency_s": tuned.estimated_latency})
-    assert suite is not None  # the command is "suite"
-    outcome = tuner.tune_suite(suite, **options)
     return _report(list(outcome.results.values()), args.json, {"weighted_latency_s": outcome.weighted_latency})
 
 
@@ -298,7 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     warnings.simplefilter("default")
     try:
         code = run(argv)
-    except (UsageError, ValueError, RecordError, FileNotFoundError, IsADirectoryError) as err:
+    except (UsageError, ValueError, RecordError, FileNotFoundError, IsADirectoryError, ConnectionError) as err:
         print(f"autotune: error: {err}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:

@@ -7,9 +7,15 @@ or a suite's, until the budget is spent, a stop condition holds or the spaces ru
 from __future__ import annotations
 
 import math
+import queue
+import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+
+from search import Config
+from search.records import MeasureResult
 
 from .defaults import BATCH_SIZE
 from .measure import Measurer
@@ -53,6 +59,70 @@ class GradientScheduler:
         self.history[index].append(session.best_latency)
 
 
+@dataclass
+class _Batch:
+    index: int  # of the session in the run's list
+    session: Session
+    configs: list[Config]
+
+
+class _Measuring:
+    """A batch measured in a background thread; its results come back on a queue, so that the
+    session is only ever touched by the loop's own thread."""
+
+    def __init__(self, batch: _Batch, measurer: Measurer) -> None:
+        self.batch = batch
+        self.results: queue.Queue[tuple[int, MeasureResult] | None] = queue.Queue()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._measure, args=(measurer,), daemon=True)
+        self.thread.start()
+
+    def _measure(self, measurer: Measurer) -> None:
+        try:
+            measurer.measure(self.batch.session.workload, self.batch.session.target, self.batch.configs,
+                             on_result=lambda i, result: self.results.put((i, result)))
+        except BaseException as err:  # re-raised in the loop's thread
+            self.error = err
+        finally:
+            self.results.put(None)
+
+    def collect(self, block: bool = True) -> None:
+        """Observe (and so save) the results as they arrive, until the batch is done (`block`) or
+        until none is waiting; a measurer's error is raised here."""
+        while True:
+            try:
+                item = self.results.get(block=block)
+            except queue.Empty:
+                return
+            if item is None:
+                break
+            index, result = item
+            self.batch.session.observe(self.batch.configs[index], result)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _measure_here(batch: _Batch, measurer: Measurer) -> None:
+    """Measure a batch in this thread, observing each result as it comes."""
+    measurer.measure(batch.session.workload, batch.session.target, batch.configs,
+                     on_result=lambda i, result: batch.session.observe(batch.configs[i], result))
+
+
+def _propose(sessions: Sequence[Session], scheduler: GradientScheduler, exhausted: set[int], count: int,
+             busy: int | None = None) -> _Batch | None:
+    """The next batch: the scheduler's pick of the sessions with configs left. A session whose
+    first batch is still being measured (`busy`) is not picked again while another can be."""
+    while len(exhausted) < len(sessions):
+        skip = exhausted | ({busy} if busy is not None and not sessions[busy].measured else set())
+        index = scheduler.next(sessions, skip if len(skip) < len(sessions) else exhausted)
+        configs = sessions[index].ask(count)
+        if configs:
+            return _Batch(index, sessions[index], configs)
+        exhausted.add(index)
+    return None
+
+
 def run(sessions: Sequence[Session], measurer: Measurer, trials: int, *, batch_size: int = BATCH_SIZE,
         scheduler: GradientScheduler | None = None, stop: Callable[[], bool] | None = None,
         on_batch: Callable[[Session, int], None] | None = None) -> int:
@@ -61,29 +131,45 @@ def run(sessions: Sequence[Session], measurer: Measurer, trials: int, *, batch_s
     Every result is observed (and so saved) as soon as the measurer has it, and the round is
     closed (the model retrains) after the batch. `stop()` is asked before each batch; Ctrl-C ends
     the loop with every finished measurement saved. `on_batch(session, count)` hears of each batch.
+    With a measurer that times on other machines (`remote`), the next batch is proposed while the
+    current one is measured, and the model retrains while the next one is.
     """
     if not sessions:
         raise ValueError("run needs at least one session")
     scheduler = scheduler or GradientScheduler([1.0] * len(sessions), batch_size)
     exhausted: set[int] = set()
     done = 0
+
+    def close(batch: _Batch) -> None:
+        nonlocal done
+        batch.session.end_round(batch.configs)
+        done += len(batch.configs)
+        scheduler.done(batch.index, batch.session)
+        if on_batch is not None:
+            on_batch(batch.session, len(batch.configs))
+
+    def proposed(in_flight: int, busy: int | None = None) -> _Batch | None:
+        if done + in_flight >= trials or (stop is not None and stop()):
+            return None
+        return _propose(sessions, scheduler, exhausted, min(batch_size, trials - done - in_flight), busy)
+
+    measuring: _Measuring | None = None
     try:
-        while done < trials and len(exhausted) < len(sessions):
-            if stop is not None and stop():
-                break
-            index = scheduler.next(sessions, exhausted)
-            session = sessions[index]
-            configs = session.ask(min(batch_size, trials - done))
-            if not configs:
-                exhausted.add(index)
-                continue
-            results = measurer.measure(session.workload, session.target, configs,
-                                       on_result=lambda i, result: session.observe(configs[i], result))
-            session.end_round(configs)
-            done += len(results)
-            scheduler.done(index, session)
-            if on_batch is not None:
-                on_batch(session, len(configs))
+        if not getattr(measurer, "remote", False):  # measuring here: nothing may run beside it
+            while (batch := proposed(0)) is not None:
+                _measure_here(batch, measurer)
+                close(batch)
+            return done
+        while True:
+            batch = proposed(len(measuring.batch.configs), measuring.batch.index) if measuring else proposed(0)
+            if measuring is not None:
+                measuring.collect()
+            previous, measuring = measuring, (_Measuring(batch, measurer) if batch is not None else None)
+            if previous is not None:
+                close(previous.batch)
+            if measuring is None:
+                return done
     except KeyboardInterrupt:
-        pass  # finished measurements are on disk already
-    return done
+        if measuring is not None:
+            measuring.collect(block=False)  # what finished is saved; the rest is dropped
+        return done  # finished measurements are on disk already

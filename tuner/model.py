@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from search import resolve_target
 from workloads import ModelSuite, from_torch
 
-from .api import SuiteResult, tune_suite
+from .api import SuiteResult, resolve_for, tune_suite
 
 
 @dataclass
@@ -47,14 +46,16 @@ def tune_model(model: Any, example_inputs: Sequence[Any], /, target: Any = "llvm
     """Capture `model` (a `torch.nn.Module`, run in eval mode) on `example_inputs` (one input set,
     or a list of them: see `workloads.input_sets`) and tune its layers, resumable from `records`.
     `options` go to `tune_suite` (strategy, batch_size, measurer, and `model`, the cost model, as
-    `tune_suite` names it: the torch model comes first, by position). With the progress bar on a
-    CPU, torch's version of each layer is timed first, so the bar shows the gain so far."""
+    `tune_suite` names it: the torch model comes first, by position). With the progress bar on this
+    machine's CPU, torch's version of each layer is timed first, so the bar shows the gain so far
+    (not with a measurer of its own target, e.g. a cluster: torch here says nothing about there)."""
     suite = from_torch(model, example_inputs, name=name)
     if not suite.entries:
         raise ValueError(f"no layer of {type(model).__name__} can be tuned; all stays in torch: "
                          + ", ".join(suite.left_to_torch))
-    resolved = resolve_target(target)
-    if progress and not resolved.is_cuda and "baseline" not in options:
+    resolved = resolve_for(target, options.get("measurer"))
+    timed_here = getattr(options.get("measurer"), "target", None) is None
+    if progress and timed_here and not resolved.is_cuda and "baseline" not in options:
         from .analysis import torch_layer_latency
 
         options["baseline"] = torch_layer_latency(suite)  # the progress bar's gain over torch

@@ -57,6 +57,7 @@ class Session:
         self.store = records if isinstance(records, RecordStore) or records is None else RecordStore(records)
         self.training = training if training is not None else TrainingData()
         self.measured: dict[Config, float] = {}  # config -> latency (inf when failed)
+        self.pending: set[Config] = set()  # asked, not observed yet: never asked again meanwhile
         self.trace: list[dict[str, Any]] = []
         self.round = 0
         self.started = time.monotonic()
@@ -97,12 +98,14 @@ class Session:
         return not self.template.space.sample(self.rng, 1, exclude=self.measured)
 
     def ask(self, n: int) -> list[Config]:
-        """Up to `n` configs to measure next, none measured before."""
+        """Up to `n` configs to measure next, none measured or still being measured."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        exclude = set(self.measured)
+        exclude = set(self.measured) | self.pending
         if self.scorer is None:
-            return self.template.space.sample(self.rng, n, exclude=exclude)
+            chosen = self.template.space.sample(self.rng, n, exclude=exclude)
+            self.pending.update(chosen)
+            return chosen
         explore = int(round(n * self.exploration)) if self.measured else 0
         seeds = sorted((c for c, latency in self.measured.items() if np.isfinite(latency)),
                        key=lambda c: self.measured[c])[:16]
@@ -111,6 +114,7 @@ class Session:
         chosen += self.template.space.sample(self.rng, n - len(chosen), exclude=exclude | set(chosen))
         predicted: np.ndarray | list[float] = self.scorer(chosen) if chosen else []
         self._predicted.update(zip(chosen, map(float, predicted)))
+        self.pending.update(chosen)
         return chosen
 
     def observe(self, config: Config, result: MeasureResult) -> None:
@@ -126,6 +130,7 @@ class Session:
                 extra["predicted"] = predicted
             self.store.append(make_record(self.workload.key, self.target.key, config.to_json(), result, **extra))
         self.measured[config] = result.latency
+        self.pending.discard(config)
         best = self.best_latency
         self.trace.append({
             "round": self.round, "config": config.to_json(), "predicted_score": self._predicted.get(config),

@@ -4,6 +4,8 @@ saved once each, and the suite scheduler's choices; no hardware, no timing."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,50 @@ def test_the_scheduler_shares_trials_by_weighted_latency_and_starves_none():
         picks.append(index)
     share = picks.count(0) / len(picks)
     assert 0.55 < share < 0.75  # trials in proportion to weighted latency: 6 / (6 + 3) = 0.67
+
+
+class _Elsewhere:
+    """A replayed measurer that says it measures on other machines, and takes its time doing so."""
+
+    remote = True
+
+    def __init__(self, replay: ReplayMeasurer) -> None:
+        self.replay, self.busy = replay, threading.Event()
+
+    def measure(self, workload, target, configs, on_result=None):
+        self.busy.set()
+        time.sleep(0.3)
+        try:
+            return self.replay.measure(workload, target, configs, on_result)
+        finally:
+            self.busy.clear()
+
+
+def test_with_a_remote_measurer_the_next_batch_is_proposed_while_this_one_is_measured(measurer, tmp_path):
+    records = tmp_path / "runs.jsonl"
+    sessions = [replay_session(measurer, key, records=RecordStore(records), shared_records=True, pretrained=False)
+                for key in (MATMUL, CONV)]
+    elsewhere = _Elsewhere(measurer)
+    asked_while_measuring = []
+    for session in sessions:
+        original = session.ask
+
+        def ask(n, original=original):
+            asked_while_measuring.append(elsewhere.busy.is_set())
+            return original(n)
+
+        session.ask = ask  # type: ignore[method-assign]
+    assert run(sessions, elsewhere, 30, batch_size=4) == 30
+    assert asked_while_measuring[0] is False and all(asked_while_measuring[1:])  # 8 batches, 7 overlapped
+    assert len(asked_while_measuring) == 8
+    lines = [(r["workload"], json.dumps(r["config"], sort_keys=True)) for r in RecordStore(records)]
+    assert len(lines) == len(set(lines)) == 30
+    assert sum(len(s.trace) for s in sessions) == 30 and not any(s.pending for s in sessions)
+
+
+def test_a_session_never_asks_again_for_a_config_still_being_measured(measurer):
+    session = replay_session(measurer, MATMUL, pretrained=False, seed=2)
+    first, second = session.ask(6), session.ask(6)
+    assert not set(first) & set(second) and session.pending == set(first) | set(second)
+    session.tell(first, measurer.measure(session.workload, session.target, first))
+    assert session.pending == set(second)

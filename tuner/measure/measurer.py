@@ -24,7 +24,10 @@ class Measurer(Protocol):
     `measure` returns one result per config, in order; a failing candidate is a result, never an
     exception. `on_result(index, result)` is called exactly once per config, as soon as its result
     is known, so that a caller can save it before the rest of the batch is done. `close` releases
-    whatever the measurer holds (worker processes, connections).
+    whatever the measurer holds (worker processes, connections). A measurer that times on other
+    machines says so with `remote = True`: the loop then searches while it measures, which on
+    this machine would disturb the timings. One that measures on a fixed target of its own (a
+    cluster's CPU) names it as `target`.
     """
 
     def measure(self, workload: Workload, target: TargetInfo, configs: Sequence[Config],

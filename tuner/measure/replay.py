@@ -2,11 +2,13 @@
 
 Paired with a session whose space is restricted to the recorded configs, a whole tuning run
 (strategy, draft model, cost model, retraining) replays in seconds and exactly repeats; it
-counts the measurement time it saved, so replayed wall-clock figures stay honest.
+counts the measurement time it saved, so replayed wall-clock figures stay honest. Paced, it
+takes each config's recorded time instead (sleeping), which simulates a measuring machine.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 from search import Config, TargetInfo
@@ -18,9 +20,10 @@ DEFAULT_MEASURE_S = 1.0  # assumed per candidate when a record does not say how 
 
 
 class ReplayMeasurer:
-    """A `Measurer` over recorded results; a config never recorded is a run_error."""
+    """A `Measurer` over recorded results; a config never recorded is a run_error. `paced`: sleep
+    each config's recorded build and run time before answering, as the machine that measured it did."""
 
-    def __init__(self, records: str | RecordStore) -> None:
+    def __init__(self, records: str | RecordStore, *, paced: bool = False) -> None:
         store = records if isinstance(records, RecordStore) else RecordStore(records)
         self._results: dict[tuple[str, str], MeasureResult] = {}
         self._configs: dict[str, list[Config]] = {}
@@ -32,6 +35,7 @@ class ReplayMeasurer:
             self._configs.setdefault(record["workload"], []).append(Config.from_json(record["config"]))
             self._results[key] = MeasureResult(record["costs"], record["error"], record["message"])
             self._seconds[key] = float(record.get("build_s", 0) + record.get("run_s", 0)) or DEFAULT_MEASURE_S
+        self.paced = paced
         self.saved_s = 0.0
         self.replayed = 0
 
@@ -53,7 +57,10 @@ class ReplayMeasurer:
             key = (workload.key, config.id)
             result = self._results.get(key, MeasureResult(error=ErrorKind.RUN_ERROR,
                                                           message="config not in the replayed records"))
-            self.saved_s += self._seconds.get(key, 0.0)
+            if self.paced:
+                time.sleep(self._seconds.get(key, 0.0))
+            else:
+                self.saved_s += self._seconds.get(key, 0.0)
             self.replayed += 1
             results.append(result)
             if on_result is not None:

@@ -1,0 +1,245 @@
+"""`RayMeasurer`: measures on the machines of a Ray cluster, one long-lived actor per machine.
+
+Each machine that offers the custom resource (`autotune_node` by default) gets one actor that
+builds and times on that machine with the local harness, so isolation, timeouts and correctness
+checks are the same as on one machine, and no library travels. The driver keeps everything that
+learns or writes (session, cost model, records): the actors only measure. A batch is split into
+chunks handed to idle actors; the chunk of a node that dies goes to the others, and a chunk's
+results are delivered once, when the whole chunk is back, so none is lost and none duplicated.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from search import Config, TargetInfo
+from search.records import ErrorKind, MeasureResult
+from search.targets import host_target
+from workloads import Workload
+
+from .machine import cpu_model
+from .measurer import Harness, Measurer, OnResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RESOURCE = "autotune_node"
+INSTALL_HINT = 'tuning on a Ray cluster needs Ray: pip install "autotune[distributed]"'
+STARTUP_TIMEOUT_S = 300.0  # an actor imports TVM and detects its CPU before it answers
+MAX_ATTEMPTS = 3  # a chunk whose node dies this often is reported failed instead of tried again
+CHUNKS_PER_NODE = 2  # chunks per node and batch: a slow node holds back at most half its share
+
+
+def import_ray() -> Any:
+    """Ray, or an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(INSTALL_HINT) from None
+    return ray
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What a measuring node is: the cluster refuses nodes whose `identity` differs."""
+
+    node_id: str
+    hostname: str
+    cpu_model: str
+    target: TargetInfo
+
+    @property
+    def identity(self) -> tuple[str, str, tuple[str, ...]]:
+        """CPU model, target key (mcpu and cores) and ISA: what makes timings comparable."""
+        return self.cpu_model, self.target.key, self.target.isa
+
+    def __str__(self) -> str:
+        return f"{self.hostname} (node {self.node_id[:8]}): {self.cpu_model}, {self.target.key}"
+
+
+def local_harness(target: TargetInfo) -> Measurer:
+    """A node's default measurer: builds and times on its CPU, on the cores the node offers."""
+    return Harness.local(target, threads=target.cores)
+
+
+class NodeMeasurer:
+    """The actor on one node: its target (this CPU, on the cores the node offers Ray) and the
+    measurer `make(target)` returns (the local harness by default), started on first use so that
+    a refused node never starts worker processes."""
+
+    def __init__(self, node_id: str, cores: int, make: Callable[[TargetInfo], Measurer]) -> None:
+        self.facts = NodeFacts(node_id, socket.gethostname(), cpu_model(), host_target(cores))
+        self._make = make
+        self._measurer: Measurer | None = None
+
+    def describe(self) -> NodeFacts:
+        return self.facts
+
+    def measure(self, workload: Workload, target: TargetInfo, configs: Sequence[Config]) -> list[MeasureResult]:
+        if target.key != self.facts.target.key:
+            raise ValueError(f"asked to measure for {target.key} on {self.facts}")
+        if self._measurer is None:
+            self._measurer = self._make(self.facts.target)
+        return self._measurer.measure(workload, self.facts.target, configs)
+
+    def close(self) -> None:
+        if self._measurer is not None:
+            self._measurer.close()
+
+
+class RayMeasurer:
+    """A `Measurer` over every node of a Ray cluster that offers `resource`.
+
+    `address` is the cluster's (`"auto"`: the one this machine belongs to; None: Ray's own
+    choice, e.g. `RAY_ADDRESS`); a connection made here is closed by `close`, one the caller made
+    with `ray.init` is left open. The nodes must be alike: the target of the head node (or of the
+    first node listed, when the head does not measure) is the cluster's `target`, and a node whose
+    CPU model, ISA or cores differ is refused, with an error at start and a warning when it joins
+    later. Nodes that join later are used from the next batch on. `make(target)` builds each
+    node's measurer on that node (the local harness by default; replay or simulation in tests).
+    """
+
+    remote = True  # measures elsewhere: the loop proposes the next batch meanwhile
+
+    def __init__(self, address: str | None = "auto", *, resource: str = DEFAULT_RESOURCE,
+                 make: Callable[[TargetInfo], Measurer] = local_harness) -> None:
+        ray = import_ray()
+        self._ray = ray
+        self.resource = resource
+        self._owns_connection = not ray.is_initialized()
+        if self._owns_connection:
+            try:
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            except ConnectionError as err:
+                raise ConnectionError(f"no Ray cluster at {address!r} ({err}); start one with "
+                                      f"`ray start --head --resources '{{\"{resource}\": 1}}'`") from None
+        self._node_class = ray.remote(NodeMeasurer)
+        self._make = make
+        self._actors: dict[str, Any] = {}  # node id -> actor handle
+        self.nodes: dict[str, NodeFacts] = {}  # node id -> facts, of the nodes measuring
+        self.refused: dict[str, str] = {}  # node id -> why
+        self.measured_by: dict[str, int] = {}  # node id -> configs it measured
+        self.target: TargetInfo | None = None
+        try:
+            self._discover(strict=True)
+            if not self._actors:
+                raise ConnectionError(f"no live node of the Ray cluster offers the resource {resource!r}; start the "
+                                   f"workers with `ray start --address <head> --resources '{{\"{resource}\": 1}}'`")
+        except BaseException:
+            self.close()
+            raise
+
+    def _alive_nodes(self) -> list[dict[str, Any]]:
+        nodes = [n for n in self._ray.nodes() if n["Alive"] and n["Resources"].get(self.resource, 0) >= 1]
+        return sorted(nodes, key=lambda n: not any(k.startswith("node:__internal_head__") for k in n["Resources"]))
+
+    def _discover(self, strict: bool) -> None:
+        """Start an actor on every node not seen yet; refuse those unlike the cluster's target."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        fresh = [n for n in self._alive_nodes() if n["NodeID"] not in self._actors and n["NodeID"] not in self.refused]
+        started = {}
+        for node in fresh:
+            placement = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+            started[node["NodeID"]] = self._node_class.options(
+                num_cpus=0, resources={self.resource: 1}, scheduling_strategy=placement, max_restarts=0,
+            ).remote(node["NodeID"], int(node["Resources"].get("CPU", 1)), self._make)
+        unlike = []
+        for node_id, actor in started.items():
+            try:
+                facts: NodeFacts = self._ray.get(actor.describe.remote(), timeout=STARTUP_TIMEOUT_S)
+            except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError) as err:
+                log.warning("node %s did not start its measuring actor: %s", node_id[:8], err)
+                self._ray.kill(actor)
+                continue
+            reference = next(iter(self.nodes.values()), facts)
+            if facts.identity != reference.identity:
+                self.refused[node_id] = f"{facts} differs from {reference}"
+                unlike.append(facts)
+                self._ray.kill(actor)
+                continue
+            self._actors[node_id], self.nodes[node_id] = actor, facts
+            self.target = reference.target
+        if not unlike:
+            return
+        message = (f"refused {len(unlike)} node(s) unlike the cluster's target ("
+                   + "; ".join(self.refused[f.node_id] for f in unlike)
+                   + "): timings from different machines cannot share one search. Give those nodes another "
+                   f"resource than {self.resource!r} and tune on them with RayMeasurer(resource=...) separately")
+        if strict:
+            raise ValueError(message)
+        log.warning(message)
+
+    def _drop(self, node_id: str, error: Exception) -> None:
+        log.warning("node %s stopped measuring (%s); its configs go to the other nodes",
+                    self.nodes[node_id], str(error).splitlines()[0] if str(error) else type(error).__name__)
+        self._ray.kill(self._actors.pop(node_id))
+        del self.nodes[node_id]
+
+    def measure(self, workload: Workload, target: TargetInfo, configs: Sequence[Config],
+                on_result: OnResult | None = None) -> list[MeasureResult]:
+        assert self.target is not None  # set when the first node started
+        if target.key != self.target.key:
+            raise ValueError(f"the cluster measures on {self.target.key}, not {target.key}")
+        self._discover(strict=False)
+        size = max(1, math.ceil(len(configs) / (CHUNKS_PER_NODE * max(len(self._actors), 1))))
+        waiting = deque((list(range(start, min(start + size, len(configs)))), 0)
+                        for start in range(0, len(configs), size))
+        results: list[MeasureResult | None] = [None] * len(configs)
+        running: dict[Any, tuple[str, list[int], int]] = {}  # object ref -> node, chunk, attempts before
+        idle = list(self._actors)
+        while waiting or running:
+            while waiting and idle:
+                node_id, (chunk, attempts) = idle.pop(0), waiting.popleft()
+                ref = self._actors[node_id].measure.remote(workload, self.target, [configs[i] for i in chunk])
+                running[ref] = (node_id, chunk, attempts)
+            if not running:  # every node of the batch died: maybe others joined
+                self._discover(strict=False)
+                if not self._actors:
+                    raise ConnectionError(f"every measuring node is gone; {sum(len(c) for c, _ in waiting)} configs "
+                                       "of the batch were not measured")
+                idle = list(self._actors)
+                continue
+            [ref], _ = self._ray.wait(list(running), num_returns=1)
+            node_id, chunk, attempts = running.pop(ref)
+            try:
+                measured = self._ray.get(ref)
+            except self._ray.exceptions.RayActorError as err:
+                self._drop(node_id, err)
+                if attempts + 1 < MAX_ATTEMPTS:
+                    waiting.appendleft((chunk, attempts + 1))
+                    continue
+                message = f"the measuring node died {MAX_ATTEMPTS} times while measuring this config"
+                measured = [MeasureResult(error=ErrorKind.RUN_ERROR, message=message)] * len(chunk)
+            else:
+                idle.append(node_id)
+                self.measured_by[node_id] = self.measured_by.get(node_id, 0) + len(chunk)
+            for index, result in zip(chunk, measured):
+                results[index] = result
+                if on_result is not None:
+                    on_result(index, result)
+        return [r for r in results if r is not None]
+
+    def close(self) -> None:
+        """Stop the actors (and their worker processes); disconnect if the connection is ours."""
+        ray = self._ray
+        if self._actors:
+            ray.wait([actor.close.remote() for actor in self._actors.values()], num_returns=len(self._actors),
+                     timeout=30)
+        for actor in self._actors.values():
+            ray.kill(actor)
+        self._actors.clear()
+        self.nodes.clear()
+        if self._owns_connection and ray.is_initialized():
+            ray.shutdown()
+
+    def __enter__(self) -> "RayMeasurer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
