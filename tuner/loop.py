@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +22,8 @@ from .defaults import BATCH_SIZE
 from .measure import Measurer
 from .session import Session
 
+PIPELINE_DEPTH = 2  # batches measured at once by a remote measurer: nodes a batch's slowest configs
+# leave idle start on the next one instead of waiting for the whole batch
 ALPHA = 0.2  # weight of the observed gain against the optimistic one (Ansor: Zheng et al., OSDI 2020, sec. 6)
 WINDOW = 3  # batches the observed gain is averaged over
 
@@ -66,41 +69,44 @@ class _Batch:
     configs: list[Config]
 
 
-class _Measuring:
-    """A batch measured in a background thread; its results come back on a queue, so that the
-    session is only ever touched by the loop's own thread."""
+class _Background:
+    """Batches measured in background threads, up to PIPELINE_DEPTH at once; every result comes
+    back on one queue, so that sessions are only ever touched by the loop's own thread."""
 
-    def __init__(self, batch: _Batch, measurer: Measurer) -> None:
-        self.batch = batch
-        self.results: queue.Queue[tuple[int, MeasureResult] | None] = queue.Queue()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._measure, args=(measurer,), daemon=True)
-        self.thread.start()
+    def __init__(self, measurer: Measurer) -> None:
+        self.measurer = measurer
+        self.results: queue.Queue[tuple[_Batch, int | None, Any]] = queue.Queue()
+        self.in_flight: list[_Batch] = []
 
-    def _measure(self, measurer: Measurer) -> None:
+    def start(self, batch: _Batch) -> None:
+        self.in_flight.append(batch)
+        threading.Thread(target=self._measure, args=(batch,), daemon=True).start()
+
+    def _measure(self, batch: _Batch) -> None:
+        error: BaseException | None = None
         try:
-            measurer.measure(self.batch.session.workload, self.batch.session.target, self.batch.configs,
-                             on_result=lambda i, result: self.results.put((i, result)))
-        except BaseException as err:  # re-raised in the loop's thread
-            self.error = err
+            self.measurer.measure(batch.session.workload, batch.session.target, batch.configs,
+                                  on_result=lambda i, result: self.results.put((batch, i, result)))
+        except BaseException as err:  # raised in the loop's thread
+            error = err
         finally:
-            self.results.put(None)
+            self.results.put((batch, None, error))
 
-    def collect(self, block: bool = True) -> None:
-        """Observe (and so save) the results as they arrive, until the batch is done (`block`) or
-        until none is waiting; a measurer's error is raised here."""
+    def next_finished(self, block: bool = True) -> _Batch | None:
+        """Observe (and so save) results as they arrive until a batch is done, and return it;
+        a measurer's error is raised here. Not `block`ing: None once no result is waiting."""
         while True:
             try:
-                item = self.results.get(block=block)
+                batch, index, value = self.results.get(block=block)
             except queue.Empty:
-                return
-            if item is None:
-                break
-            index, result = item
-            self.batch.session.observe(self.batch.configs[index], result)
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
+                return None
+            if index is not None:
+                batch.session.observe(batch.configs[index], value)
+                continue
+            self.in_flight.remove(batch)
+            if value is not None:
+                raise value
+            return batch
 
 
 def _measure_here(batch: _Batch, measurer: Measurer) -> None:
@@ -110,11 +116,11 @@ def _measure_here(batch: _Batch, measurer: Measurer) -> None:
 
 
 def _propose(sessions: Sequence[Session], scheduler: GradientScheduler, exhausted: set[int], count: int,
-             busy: int | None = None) -> _Batch | None:
+             busy: Collection[int] = ()) -> _Batch | None:
     """The next batch: the scheduler's pick of the sessions with configs left. A session whose
-    first batch is still being measured (`busy`) is not picked again while another can be."""
+    first batch is still being measured (in `busy`) is not picked again while another can be."""
     while len(exhausted) < len(sessions):
-        skip = exhausted | ({busy} if busy is not None and not sessions[busy].measured else set())
+        skip = exhausted | {i for i in busy if not sessions[i].measured}
         index = scheduler.next(sessions, skip if len(skip) < len(sessions) else exhausted)
         configs = sessions[index].ask(count)
         if configs:
@@ -132,7 +138,8 @@ def run(sessions: Sequence[Session], measurer: Measurer, trials: int, *, batch_s
     closed (the model retrains) after the batch. `stop()` is asked before each batch; Ctrl-C ends
     the loop with every finished measurement saved. `on_batch(session, count)` hears of each batch.
     With a measurer that times on other machines (`remote`), the next batch is proposed while the
-    current one is measured, and the model retrains while the next one is.
+    current one is measured, up to PIPELINE_DEPTH batches are measured at once, and the model
+    retrains on each batch as soon as it is done.
     """
     if not sessions:
         raise ValueError("run needs at least one session")
@@ -148,12 +155,12 @@ def run(sessions: Sequence[Session], measurer: Measurer, trials: int, *, batch_s
         if on_batch is not None:
             on_batch(batch.session, len(batch.configs))
 
-    def proposed(in_flight: int, busy: int | None = None) -> _Batch | None:
+    def proposed(in_flight: int, busy: Collection[int] = ()) -> _Batch | None:
         if done + in_flight >= trials or (stop is not None and stop()):
             return None
         return _propose(sessions, scheduler, exhausted, min(batch_size, trials - done - in_flight), busy)
 
-    measuring: _Measuring | None = None
+    background = _Background(measurer)
     try:
         if not getattr(measurer, "remote", False):  # measuring here: nothing may run beside it
             while (batch := proposed(0)) is not None:
@@ -161,15 +168,18 @@ def run(sessions: Sequence[Session], measurer: Measurer, trials: int, *, batch_s
                 close(batch)
             return done
         while True:
-            batch = proposed(len(measuring.batch.configs), measuring.batch.index) if measuring else proposed(0)
-            if measuring is not None:
-                measuring.collect()
-            previous, measuring = measuring, (_Measuring(batch, measurer) if batch is not None else None)
-            if previous is not None:
-                close(previous.batch)
-            if measuring is None:
+            if len(background.in_flight) < PIPELINE_DEPTH:
+                in_flight = background.in_flight
+                batch = proposed(sum(len(b.configs) for b in in_flight), {b.index for b in in_flight})
+                if batch is not None:
+                    background.start(batch)
+                    continue
+            if not background.in_flight:
                 return done
+            finished = background.next_finished()
+            assert finished is not None  # it blocks until one is
+            close(finished)
     except KeyboardInterrupt:
-        if measuring is not None:
-            measuring.collect(block=False)  # what finished is saved; the rest is dropped
+        while background.next_finished(block=False) is not None:  # what finished is saved; the rest dropped
+            pass
         return done  # finished measurements are on disk already

@@ -3,16 +3,16 @@ saved once each, and the suite scheduler's choices; no hardware, no timing."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from search.records import RecordStore
 from tuner import ReplayMeasurer, run
-from tuner.loop import GradientScheduler
+from tuner.loop import PIPELINE_DEPTH, GradientScheduler
 from tuner.replay import replay_session
 
 SLICE = RecordStore(Path(__file__).resolve().parents[1] / "data" / "replay_slice.jsonl")
@@ -92,39 +92,49 @@ def test_the_scheduler_shares_trials_by_weighted_latency_and_starves_none():
 
 
 class _Elsewhere:
-    """A replayed measurer that says it measures on other machines, and takes its time doing so."""
+    """A replayed measurer that says it measures on other machines. Batch k's measurement ends
+    only once batch k + 1 has been asked for (or after a timeout, counted as a wait in vain), so a
+    loop that waited for each batch before proposing the next would show it."""
 
     remote = True
 
-    def __init__(self, replay: ReplayMeasurer) -> None:
-        self.replay, self.busy = replay, threading.Event()
+    def __init__(self, replay: ReplayMeasurer, batches: int) -> None:
+        self.replay, self.batches = replay, batches
+        self.asked: list[list] = []
+        self.changed = threading.Condition()
+        self.active = self.most_active = self.waits_in_vain = 0
+
+    def ask(self, original, n):
+        configs = original(n)
+        with self.changed:
+            self.asked.append(configs)
+            self.changed.notify_all()
+        return configs
 
     def measure(self, workload, target, configs, on_result=None):
-        self.busy.set()
-        time.sleep(0.3)
+        with self.changed:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+            k = self.asked.index(list(configs))
+            if not self.changed.wait_for(lambda: len(self.asked) >= min(k + 2, self.batches), timeout=10):
+                self.waits_in_vain += 1
         try:
             return self.replay.measure(workload, target, configs, on_result)
         finally:
-            self.busy.clear()
+            with self.changed:
+                self.active -= 1
 
 
 def test_with_a_remote_measurer_the_next_batch_is_proposed_while_this_one_is_measured(measurer, tmp_path):
     records = tmp_path / "runs.jsonl"
     sessions = [replay_session(measurer, key, records=RecordStore(records), shared_records=True, pretrained=False)
                 for key in (MATMUL, CONV)]
-    elsewhere = _Elsewhere(measurer)
-    asked_while_measuring = []
+    elsewhere = _Elsewhere(measurer, batches=8)  # 30 trials, 4 a batch
     for session in sessions:
-        original = session.ask
-
-        def ask(n, original=original):
-            asked_while_measuring.append(elsewhere.busy.is_set())
-            return original(n)
-
-        session.ask = ask  # type: ignore[method-assign]
+        session.ask = functools.partial(elsewhere.ask, session.ask)  # type: ignore[method-assign]
     assert run(sessions, elsewhere, 30, batch_size=4) == 30
-    assert asked_while_measuring[0] is False and all(asked_while_measuring[1:])  # 8 batches, 7 overlapped
-    assert len(asked_while_measuring) == 8
+    assert len(elsewhere.asked) == 8 and elsewhere.waits_in_vain == 0
+    assert elsewhere.most_active == PIPELINE_DEPTH  # a second batch is measured beside the first
     lines = [(r["workload"], json.dumps(r["config"], sort_keys=True)) for r in RecordStore(records)]
     assert len(lines) == len(set(lines)) == 30
     assert sum(len(s.trace) for s in sessions) == 30 and not any(s.pending for s in sessions)

@@ -10,12 +10,18 @@ results are delivered once, when the whole chunk is back, so none is lost and no
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import os
+import secrets
 import socket
+import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from search import Config, TargetInfo
@@ -33,6 +39,7 @@ INSTALL_HINT = 'tuning on a Ray cluster needs Ray: pip install "autotune[distrib
 STARTUP_TIMEOUT_S = 300.0  # an actor imports TVM and detects its CPU before it answers
 MAX_ATTEMPTS = 3  # a chunk whose node dies this often is reported failed instead of tried again
 CHUNKS_PER_NODE = 2  # chunks per node and batch: a slow node holds back at most half its share
+POLL_S = 0.05  # how often a batch with chunks waiting looks for a node another batch freed
 
 
 def import_ray() -> Any:
@@ -121,6 +128,10 @@ class RayMeasurer:
         self._node_class = ray.remote(NodeMeasurer)
         self._make = make
         self._actors: dict[str, Any] = {}  # node id -> actor handle
+        self._idle: list[str] = []  # nodes with no chunk to measure
+        self._changed = threading.Condition()  # guards the nodes: batches in several threads share them
+        self._calls = itertools.count()  # measure calls in the order they began
+        self._waiting_calls: set[int] = set()  # those with chunks no node has taken yet
         self.nodes: dict[str, NodeFacts] = {}  # node id -> facts, of the nodes measuring
         self.refused: dict[str, str] = {}  # node id -> why
         self.measured_by: dict[str, int] = {}  # node id -> configs it measured
@@ -164,6 +175,7 @@ class RayMeasurer:
                 self._ray.kill(actor)
                 continue
             self._actors[node_id], self.nodes[node_id] = actor, facts
+            self._idle.append(node_id)
             self.target = reference.target
         if not unlike:
             return
@@ -180,50 +192,89 @@ class RayMeasurer:
                     self.nodes[node_id], str(error).splitlines()[0] if str(error) else type(error).__name__)
         self._ray.kill(self._actors.pop(node_id))
         del self.nodes[node_id]
+        if node_id in self._idle:
+            self._idle.remove(node_id)
 
     def measure(self, workload: Workload, target: TargetInfo, configs: Sequence[Config],
                 on_result: OnResult | None = None) -> list[MeasureResult]:
+        """Measure `configs` over the idle nodes, a chunk at a time. Several batches may be measured
+        at once (from several threads): they share the nodes, each node taking one chunk at a time."""
         assert self.target is not None  # set when the first node started
         if target.key != self.target.key:
             raise ValueError(f"the cluster measures on {self.target.key}, not {target.key}")
-        self._discover(strict=False)
-        size = max(1, math.ceil(len(configs) / (CHUNKS_PER_NODE * max(len(self._actors), 1))))
+        with self._changed:
+            self._discover(strict=False)
+            size = max(1, math.ceil(len(configs) / (CHUNKS_PER_NODE * max(len(self._actors), 1))))
+            call = next(self._calls)
         waiting = deque((list(range(start, min(start + size, len(configs)))), 0)
                         for start in range(0, len(configs), size))
         results: list[MeasureResult | None] = [None] * len(configs)
         running: dict[Any, tuple[str, list[int], int]] = {}  # object ref -> node, chunk, attempts before
-        idle = list(self._actors)
-        while waiting or running:
-            while waiting and idle:
-                node_id, (chunk, attempts) = idle.pop(0), waiting.popleft()
-                ref = self._actors[node_id].measure.remote(workload, self.target, [configs[i] for i in chunk])
-                running[ref] = (node_id, chunk, attempts)
-            if not running:  # every node of the batch died: maybe others joined
-                self._discover(strict=False)
-                if not self._actors:
-                    raise ConnectionError(f"every measuring node is gone; {sum(len(c) for c, _ in waiting)} configs "
-                                       "of the batch were not measured")
-                idle = list(self._actors)
-                continue
-            [ref], _ = self._ray.wait(list(running), num_returns=1)
-            node_id, chunk, attempts = running.pop(ref)
-            try:
-                measured = self._ray.get(ref)
-            except self._ray.exceptions.RayActorError as err:
-                self._drop(node_id, err)
-                if attempts + 1 < MAX_ATTEMPTS:
-                    waiting.appendleft((chunk, attempts + 1))
-                    continue
-                message = f"the measuring node died {MAX_ATTEMPTS} times while measuring this config"
-                measured = [MeasureResult(error=ErrorKind.RUN_ERROR, message=message)] * len(chunk)
-            else:
-                idle.append(node_id)
-                self.measured_by[node_id] = self.measured_by.get(node_id, 0) + len(chunk)
-            for index, result in zip(chunk, measured):
-                results[index] = result
-                if on_result is not None:
-                    on_result(index, result)
+        try:
+            while waiting or running:
+                self._hand_out(call, waiting, running, workload, configs)
+                ready, _ = self._ray.wait(list(running), num_returns=1, timeout=POLL_S if waiting else None)
+                for ref in ready:
+                    node_id, chunk, attempts = running.pop(ref)
+                    measured = self._chunk_results(ref, node_id, chunk, attempts, waiting)
+                    for index, result in zip(chunk, measured):
+                        results[index] = result
+                        if on_result is not None:
+                            on_result(index, result)
+        finally:
+            with self._changed:
+                self._waiting_calls.discard(call)
+                self._changed.notify_all()
         return [r for r in results if r is not None]
+
+    def _hand_out(self, call: int, waiting: deque[tuple[list[int], int]], running: dict[Any, Any],
+                  workload: Workload, configs: Sequence[Config]) -> None:
+        """Give waiting chunks to idle nodes, the oldest batch first (so that batches end in the order
+        they began); wait while this batch has nothing running and no node is free for it."""
+        with self._changed:
+            if waiting:
+                self._waiting_calls.add(call)
+            while True:
+                first = bool(waiting) and min(self._waiting_calls) == call
+                while first and self._idle:
+                    node_id, (chunk, attempts) = self._idle.pop(0), waiting.popleft()
+                    ref = self._actors[node_id].measure.remote(workload, self.target, [configs[i] for i in chunk])
+                    running[ref] = (node_id, chunk, attempts)
+                    first = bool(waiting)
+                if not waiting:
+                    self._waiting_calls.discard(call)
+                    self._changed.notify_all()
+                if running or not waiting:
+                    return
+                if not self._actors:
+                    self._discover(strict=False)  # maybe others joined
+                if not self._actors:
+                    raise ConnectionError(f"every measuring node is gone; {sum(len(c) for c, _ in waiting)} "
+                                          "configs of the batch were not measured")
+                self._changed.wait_for(lambda: (bool(self._idle) and min(self._waiting_calls) == call)
+                                       or not self._actors, timeout=1.0)
+
+    def _chunk_results(self, ref: Any, node_id: str, chunk: list[int], attempts: int,
+                       waiting: deque[tuple[list[int], int]]) -> list[MeasureResult]:
+        """A finished chunk's results, its node idle again; if the node died, none, and the chunk
+        waits for another node (or, after MAX_ATTEMPTS deaths, fails)."""
+        try:
+            measured: list[MeasureResult] = self._ray.get(ref)
+        except self._ray.exceptions.RayActorError as err:
+            with self._changed:
+                if node_id in self._actors:
+                    self._drop(node_id, err)
+                self._changed.notify_all()
+            if attempts + 1 < MAX_ATTEMPTS:
+                waiting.appendleft((chunk, attempts + 1))
+                return []
+            message = f"the measuring node died {MAX_ATTEMPTS} times while measuring this config"
+            return [MeasureResult(error=ErrorKind.RUN_ERROR, message=message)] * len(chunk)
+        with self._changed:
+            self._idle.append(node_id)
+            self.measured_by[node_id] = self.measured_by.get(node_id, 0) + len(chunk)
+            self._changed.notify_all()
+        return measured
 
     def close(self) -> None:
         """Stop the actors (and their worker processes); disconnect if the connection is ours."""
@@ -234,6 +285,7 @@ class RayMeasurer:
         for actor in self._actors.values():
             ray.kill(actor)
         self._actors.clear()
+        self._idle.clear()
         self.nodes.clear()
         if self._owns_connection and ray.is_initialized():
             ray.shutdown()
@@ -243,3 +295,52 @@ class RayMeasurer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def loopback_cluster(folder: str | Path, nodes: int = 2, *, cores: int | None = None,
+                     resource: str = DEFAULT_RESOURCE) -> Iterator[Any]:
+    """A Ray cluster of `nodes` measuring nodes on this machine, for tests, benchmarks and trying
+    the cluster path before deploying it: bound to 127.0.0.1, token auth with a fresh token, every
+    file under `folder`, this process connected; on exit, disconnected and shut down (never
+    `ray stop`, which would kill every Ray process on the host). Yields the
+    `ray.cluster_utils.Cluster`: `add_node(num_cpus=..., resources=..., node_ip_address="127.0.0.1")`
+    and `remove_node` grow and shrink it. Each node offers `cores` CPUs (this process's by default)."""
+    ray = import_ray()
+    from ray._private import ray_constants
+    from ray._private.authentication_test_utils import reset_auth_token_state
+    from ray.cluster_utils import Cluster
+
+    folder = Path(folder)
+    (folder / "ray").mkdir(parents=True, exist_ok=True)  # where the cluster writes its address
+    token = folder / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    settings = {"RAY_TMPDIR": str(folder), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    saved_env = {name: os.environ.get(name) for name in settings}
+    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
+    node: dict[str, Any] = {"num_cpus": cores or len(os.sched_getaffinity(0)), "resources": {resource: 1},
+                            "node_ip_address": "127.0.0.1"}
+    os.environ.update(settings)
+    reset_auth_token_state()  # Ray reads the auth settings once, when it is imported
+    # Otherwise a driver on this machine turns 127.0.0.1 into the host's network address.
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    cluster = None
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={**node, "temp_dir": str(folder),
+                                                                "include_dashboard": False})
+        for _ in range(nodes - 1):
+            cluster.add_node(**node)
+        ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        reset_auth_token_state()

@@ -33,7 +33,8 @@ class ReplayMeasurer:
             key = (record["workload"], config_id(record["config"]))
             self._targets.setdefault(record["workload"], record["target"])
             self._configs.setdefault(record["workload"], []).append(Config.from_json(record["config"]))
-            self._results[key] = MeasureResult(record["costs"], record["error"], record["message"])
+            self._results[key] = MeasureResult(record["costs"], record["error"], record["message"],
+                                               build_s=record.get("build_s", 0.0), run_s=record.get("run_s", 0.0))
             self._seconds[key] = float(record.get("build_s", 0) + record.get("run_s", 0)) or DEFAULT_MEASURE_S
         self.paced = paced
         self.saved_s = 0.0

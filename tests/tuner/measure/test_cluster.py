@@ -7,7 +7,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import secrets
 import threading
 
 import numpy as np
@@ -20,12 +19,9 @@ from search.records import MeasureResult, RecordStore, make_record
 from search.targets import host_target
 from tuner import ErrorKind, ReplayMeasurer, Session, run
 from tuner.cli import main
-from tuner.measure.cluster import RayMeasurer
+from tuner.measure.cluster import RayMeasurer, loopback_cluster
 
 ray = pytest.importorskip("ray", reason="Ray is installed with the dev or distributed extra")
-from ray._private.authentication_test_utils import reset_auth_token_state  # noqa: E402  (after the skip)
-from ray._private import ray_constants  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
 
 RESOURCE = "autotune_test_node"
 CORES = len(os.sched_getaffinity(0))
@@ -36,28 +32,8 @@ SECONDS_PER_CONFIG = 0.3
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("ray")
-    (folder / "ray").mkdir()  # the cluster writes its address there
-    token = folder / "token"
-    token.write_text(secrets.token_hex(32))
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("RAY_TMPDIR", str(folder))
-        env.setenv("RAY_AUTH_MODE", "token")
-        env.setenv("RAY_AUTH_TOKEN_PATH", str(token))
-        reset_auth_token_state()  # Ray read the auth settings when it was imported
-        # Otherwise the driver turns 127.0.0.1 into this host's network address, where nothing listens.
-        env.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
-        nodes = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": CORES, "resources": {RESOURCE: 1}, "temp_dir": str(folder), "include_dashboard": False,
-            **LOOPBACK})
-        nodes.add_node(num_cpus=CORES, resources={RESOURCE: 1}, **LOOPBACK)
-        ray.init(address=nodes.address, logging_level=logging.WARNING, log_to_driver=False)
-        try:
-            yield nodes
-        finally:
-            ray.shutdown()
-            nodes.shutdown()
-    reset_auth_token_state()
+    with loopback_cluster(tmp_path_factory.mktemp("ray"), nodes=2, cores=CORES, resource=RESOURCE) as nodes:
+        yield nodes
 
 
 def _listening_hosts() -> set[str]:
