@@ -170,14 +170,20 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def summary(rows: list[dict[str, Any]]) -> str:
+def summary(rows: list[dict[str, Any]], real: dict[str, Any] | None) -> str:
+    """The speedup at the largest size, and where the driver would stop the scaling: the nodes
+    (each as fast as the one simulated) whose trials the driver can just keep up with."""
     piped = {r["nodes"]: r for r in rows if r["pipelined"]}
     largest = max(piped)
-    speedup = piped[largest]["trials_per_hour"] / piped[1]["trials_per_hour"]
-    ceiling = 3600 / piped[largest]["driver_s_per_trial"]
-    return (f"{largest} nodes: {speedup:.2f}x the trials per hour of one. The driver alone would allow "
-            f"{ceiling:.0f} trials/hour ({piped[largest]['driver_s_per_trial']} s of driver time per trial); "
-            f"scaling stops where the nodes measure a batch faster than the driver proposes and learns from one.")
+    one = piped[1]["trials_per_hour"]
+    text = (f"{largest} nodes: {piped[largest]['trials_per_hour'] / one:.2f}x the trials per hour of one. "
+            "With the next batch proposed while this one is measured, the driver is the limit only once "
+            "the nodes measure trials faster than it proposes and learns from them: ")
+    ceilings = [("replayed (restricted) space", piped[largest]["driver_s_per_trial"])]
+    if real:
+        ceilings.append(("full space, sharing the cores with two measuring nodes", real["driver_s_per_trial"]))
+    return text + "; ".join(f"{label}, {per_trial} s of driver time per trial: {3600 / per_trial:.0f} trials/hour, "
+                            f"about {3600 / per_trial / one:.0f} nodes" for label, per_trial in ceilings) + "."
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -229,7 +235,7 @@ def main() -> None:
               "versions": versions(), "records": str(args.records.relative_to(REPO) if args.records.is_relative_to(REPO)
                                                       else args.records),
               "tasks": tasks, "record_seconds_per_config": seconds, "trials": args.trials,
-              "batch_size": args.batch_size, "simulated": rows, "real": real, "summary": summary(rows)}
+              "batch_size": args.batch_size, "simulated": rows, "real": real, "summary": summary(rows, real)}
     stem = args.out / f"cluster_scaling-{report['date']}"
     write_report(stem, report, markdown(report))
     plot(report, stem.with_suffix(".png"))

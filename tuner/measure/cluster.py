@@ -134,6 +134,7 @@ class RayMeasurer:
         self._waiting_calls: set[int] = set()  # those with chunks no node has taken yet
         self.nodes: dict[str, NodeFacts] = {}  # node id -> facts, of the nodes measuring
         self.refused: dict[str, str] = {}  # node id -> why
+        self.lost: set[str] = set()  # nodes whose actor died; not used again (a restarted node has a new id)
         self.measured_by: dict[str, int] = {}  # node id -> configs it measured
         self.target: TargetInfo | None = None
         try:
@@ -153,7 +154,8 @@ class RayMeasurer:
         """Start an actor on every node not seen yet; refuse those unlike the cluster's target."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        fresh = [n for n in self._alive_nodes() if n["NodeID"] not in self._actors and n["NodeID"] not in self.refused]
+        known = self._actors.keys() | self.refused.keys() | self.lost
+        fresh = [n for n in self._alive_nodes() if n["NodeID"] not in known]
         started = {}
         for node in fresh:
             placement = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
@@ -192,6 +194,7 @@ class RayMeasurer:
                     self.nodes[node_id], str(error).splitlines()[0] if str(error) else type(error).__name__)
         self._ray.kill(self._actors.pop(node_id))
         del self.nodes[node_id]
+        self.lost.add(node_id)
         if node_id in self._idle:
             self._idle.remove(node_id)
 

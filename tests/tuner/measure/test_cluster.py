@@ -90,6 +90,7 @@ def test_a_node_removed_mid_batch_loses_no_config_and_duplicates_none(cluster, t
         session = Session(WORKLOAD, measurer.target, records=str(records), pretrained=False,
                           candidates=replay.configs(WORKLOAD.key))
         removal = threading.Timer(SECONDS_PER_CONFIG, cluster.remove_node, args=(doomed,))
+        first_call = threading.Lock()
 
         class RemovingANode:
             """The cluster's measurer; the node goes in the middle of the first chunk it was given
@@ -98,13 +99,14 @@ def test_a_node_removed_mid_batch_loses_no_config_and_duplicates_none(cluster, t
             remote = True
 
             def measure(self, *args, **options):
-                if not removal.is_alive() and not removal.finished.is_set():
+                if first_call.acquire(blocking=False):  # batches may begin in two threads at once
                     removal.start()
                 return measurer.measure(*args, **options)
 
         with caplog.at_level(logging.WARNING, logger="tuner.measure.cluster"):
             measured = run([session], RemovingANode(), 32, batch_size=16)
-        assert doomed.node_id not in measurer.nodes and "stopped measuring" in caplog.text
+        assert doomed.node_id in measurer.lost and doomed.node_id not in measurer.nodes
+        assert "stopped measuring" in caplog.text
         assert doomed.node_id not in measurer.measured_by  # its chunk was cut short and measured elsewhere
     assert measured == 32
     saved = RecordStore(records).select(WORKLOAD.key)
