@@ -108,6 +108,15 @@ class _Background:
                 raise value
             return batch
 
+    def settle(self) -> None:
+        """Observe all that the batches still in flight deliver, before an error ends the loop:
+        their finished measurements are saved too. Their own errors add nothing to the first."""
+        while self.in_flight:
+            try:
+                self.next_finished()
+            except Exception:
+                continue
+
 
 def _measure_here(batch: _Batch, measurer: Measurer) -> None:
     """Measure a batch in this thread, observing each result as it comes."""
@@ -183,3 +192,6 @@ def run(sessions: Sequence[Session], measurer: Measurer, trials: int, *, batch_s
         while background.next_finished(block=False) is not None:  # what finished is saved; the rest dropped
             pass
         return done  # finished measurements are on disk already
+    except Exception:
+        background.settle()
+        raise

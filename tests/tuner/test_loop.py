@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,32 @@ def test_with_a_remote_measurer_the_next_batch_is_proposed_while_this_one_is_mea
     lines = [(r["workload"], json.dumps(r["config"], sort_keys=True)) for r in RecordStore(records)]
     assert len(lines) == len(set(lines)) == 30
     assert sum(len(s.trace) for s in sessions) == 30 and not any(s.pending for s in sessions)
+
+
+class _FailingFirst:
+    """A remote measurer whose first batch fails at once while the second is still being measured."""
+
+    remote = True
+
+    def __init__(self, replay: ReplayMeasurer) -> None:
+        self.replay, self.calls = replay, 0
+
+    def measure(self, workload, target, configs, on_result=None):
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(0.2)  # the second batch has begun
+            raise ConnectionError("every measuring node is gone")
+        time.sleep(0.5)
+        return self.replay.measure(workload, target, configs, on_result)
+
+
+def test_when_a_remote_batch_fails_the_other_batch_in_flight_is_still_saved(measurer, tmp_path):
+    records = tmp_path / "runs.jsonl"
+    sessions = [replay_session(measurer, key, records=RecordStore(records), shared_records=True, pretrained=False)
+                for key in (MATMUL, CONV)]
+    with pytest.raises(ConnectionError, match="gone"):
+        run(sessions, _FailingFirst(measurer), 30, batch_size=4)
+    assert len(RecordStore(records)) == 4  # the second batch, measured after the first failed
 
 
 def test_a_session_never_asks_again_for_a_config_still_being_measured(measurer):
