@@ -127,8 +127,10 @@ def matches(fn: Callable[[], Any], reference: Any) -> bool:
 
 
 def model_rows(name: str, variants: list[str], budgets: list[int], target: Any, records_dir: Path,
-               host: dict[str, Any], done: set[tuple[str, str, int | None]]) -> Iterator[dict[str, Any]]:
-    """Every requested variant of one zoo model not in `done`, as report rows."""
+               host: dict[str, Any], done: set[tuple[str, str, int | None]],
+               failures: list[str]) -> Iterator[dict[str, Any]]:
+    """Every requested variant of one zoo model not in `done`, as report rows; a baseline that
+    cannot run the model is said in `failures` instead."""
     from workloads.models import zoo_model
 
     model, inputs = zoo_model(name)
@@ -148,7 +150,13 @@ def model_rows(name: str, variants: list[str], budgets: list[int], target: Any, 
             elif variant == "relax_metaschedule":
                 from benchmarks.relax_baseline import relax_metaschedule
 
-                run = relax_metaschedule(model, inputs, target, budget, str(records_dir / f"relax-{name}-{budget}"))
+                try:
+                    run = relax_metaschedule(model, inputs, target, budget, str(records_dir / f"relax-{name}-{budget}"))
+                except Exception as err:  # TVM's importer or passes refuse the model: a finding, not the run's end
+                    failures.append(f"{name}: {variant} at {budget} trials per task failed: "
+                                    f"{type(err).__name__}: {str(err).strip().splitlines()[-1]}")
+                    print(failures[-1], flush=True)
+                    continue
                 fn, tune_s, extra = run.run, run.tune_s, {"tasks": run.tasks, "trials": run.trials}
             else:
                 module, tune_s, extra = ours(model, inputs, target, budget, records_dir / f"{name}-{budget}.jsonl")
@@ -202,6 +210,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {r['model']} | {r['variant']} | {r['trials_per_task'] or '-'} | {r['latency_s'] * 1e3:.2f} | "
                      f"{r['q25_s'] * 1e3:.2f}-{r['q75_s'] * 1e3:.2f} | {fmt(speedup, 2)} | {r['tune_s']:.0f} | "
                      f"{'yes' if r['matches'] else 'NO'} |")
+    if report.get("failures"):
+        lines += ["", "Not run:", "", *(f"- {failure}" for failure in report["failures"])]
     if report.get("layers"):
         lines += ["", "## Layer by layer, under the roofline", "",
                   "Each distinct layer at our largest budget: *weight*, occurrences per pass; ours (best record) "
@@ -271,7 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"date": today(), "command": command(), "machine": machine(target),
                               "versions": versions(), "rows": []}
     if args.resume and stem.with_suffix(".json").exists():
-        report["rows"] = json.loads(stem.with_suffix(".json").read_text())["rows"]
+        kept = json.loads(stem.with_suffix(".json").read_text())
+        report["rows"], report["failures"] = kept["rows"], kept.get("failures", [])
+        if "layers" in kept:
+            report["layers"] = kept["layers"]
+        report["command"] = f"{kept['command']}; then {report['command']}"  # the rows kept came from there
     done = {(r["model"], r["variant"], r["trials_per_task"]) for r in report["rows"]}
     args.records_dir.mkdir(parents=True, exist_ok=True)
     report["machine"]["omp_wait_policy"] = os.environ["OMP_WAIT_POLICY"]
@@ -279,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     report["machine"]["measured"] = facts.to_json() if facts else None
     host = {k: report["machine"][k] for k in ("cpu", "cores", "tvm_threads", "torch_threads", "omp_wait_policy")}
     for name in args.models:
-        for row in model_rows(name, args.variants, args.trials_per_task, target, args.records_dir, host, done):
+        for row in model_rows(name, args.variants, args.trials_per_task, target, args.records_dir, host, done,
+                              report.setdefault("failures", [])):
             report["rows"].append(row)
             write_report(stem, report, markdown(report))  # kept after every row
         budgets = [r["trials_per_task"] for r in report["rows"] if r["model"] == name and r["variant"] == "ours"]
