@@ -23,10 +23,11 @@ from .result import Kernel, TuneResult, trial_table
 from .session import Session
 
 
-def _check_budget(trials: int, time_budget_s: float | None, early_stopping: int | None, batch_size: int) -> None:
+def _check_budget(trials: int, time_budget_s: float | None, early_stopping: int | None,
+                  batch_size: int | None) -> None:
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, got {trials!r}")
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if time_budget_s is not None and time_budget_s <= 0:
         raise ValueError(f"time_budget_s must be positive, got {time_budget_s}")
@@ -51,6 +52,15 @@ def _progress(total: int, label: str, enabled: bool,
             bar.set_postfix(refresh=False, **postfix())
 
         yield update
+
+
+def batch_size_for(asked: int | None, measurer: Measurer | None) -> int:
+    """Configs per round: as asked, else BATCH_SIZE, or one per core of a measurer that has more
+    (a cluster's `cores`): each machine then gets chunks large enough to build in parallel, and
+    a round's search, which costs about the same whatever its size, is spread over more trials."""
+    if asked is not None:
+        return asked
+    return max(BATCH_SIZE, int(getattr(measurer, "cores", 0)))
 
 
 def resolve_for(target: Any, measurer: Measurer | None) -> TargetInfo:
@@ -87,7 +97,7 @@ def _result(session: Session) -> TuneResult:
 def tune(workload: Workload, target: Any = "llvm", *, trials: int = 64, records: str | None = None, seed: int = 0,
          strategy: str = "evolutionary", model: str | CostModel = "lightgbm", pretrained: bool = True,
          progress: bool = True, time_budget_s: float | None = None, early_stopping: int | None = None,
-         batch_size: int = BATCH_SIZE, measurer: Measurer | None = None) -> TuneResult:
+         batch_size: int | None = None, measurer: Measurer | None = None) -> TuneResult:
     """Tune one workload; stops at `trials`, at `time_budget_s`, or after `early_stopping` trials
     without improvement. Ctrl-C stops it too, with every finished measurement saved."""
     _check_budget(trials, time_budget_s, early_stopping, batch_size)
@@ -95,7 +105,8 @@ def tune(workload: Workload, target: Any = "llvm", *, trials: int = 64, records:
     with _measurer_for(measurer, resolved) as used:
         session = Session(workload, resolved, strategy=strategy, model=model, pretrained=pretrained,
                           records=records, seed=seed)
-        _tune_session(session, used, trials, batch_size, time_budget_s, early_stopping, progress)
+        _tune_session(session, used, trials, batch_size_for(batch_size, used), time_budget_s, early_stopping,
+                      progress)
     return _result(session)
 
 
@@ -156,7 +167,7 @@ class SuiteResult:
 def tune_suite(suite: Suite, target: Any = "llvm", *, trials: int = 2000, records: str | None = None,
                seed: int = 0, strategy: str = "evolutionary", model: str | CostModel = "lightgbm",
                pretrained: bool = True, progress: bool = True, time_budget_s: float | None = None,
-               batch_size: int = BATCH_SIZE, measurer: Measurer | None = None,
+               batch_size: int | None = None, measurer: Measurer | None = None,
                baseline: Mapping[str, float] | None = None) -> SuiteResult:
     """Share `trials` over the suite's workloads and one cost model; the next batch goes to the
     workload whose weighted latency is expected to drop most (`loop.GradientScheduler`). Stops at
@@ -192,8 +203,9 @@ def tune_suite(suite: Suite, target: Any = "llvm", *, trials: int = 2000, record
                 last[0] = session
                 bar(session, count)
 
-            run(sessions, used, trials, batch_size=batch_size, stop=stop, on_batch=on_batch,
-                scheduler=GradientScheduler([e.weight for e in suite], batch_size))
+            size = batch_size_for(batch_size, used)
+            run(sessions, used, trials, batch_size=size, stop=stop, on_batch=on_batch,
+                scheduler=GradientScheduler([e.weight for e in suite], size))
     return SuiteResult(suite, {s.workload.key: _result(s) for s in sessions})
 
 

@@ -52,8 +52,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--strategy", default="evolutionary", choices=["evolutionary", "annealing", "random"])
         p.add_argument("--model", default="lightgbm", help="lightgbm, torch, or a saved model file (.txt, .pt)")
         p.add_argument("--no-pretrained", action="store_true", help="start from an untrained model")
-        p.add_argument("--batch-size", type=int, default=BATCH_SIZE,
-                       help=f"configs measured per round (default {BATCH_SIZE})")
+        p.add_argument("--batch-size", type=int,
+                       help=f"configs measured per round (default {BATCH_SIZE}; on a Ray cluster with more cores "
+                            "than that, one per core)")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
         p.add_argument("--json", action="store_true", help="print the result as JSON")
 

@@ -18,6 +18,8 @@ import tvm
 import workloads
 from cost_model import draft_score
 from tuner import MeasureResult, RecordError, RecordStore, Session, apply_best, tune
+from tuner.api import batch_size_for
+from tuner.defaults import BATCH_SIZE
 
 WORKLOAD = workloads.matmul(16, 24, 8)
 
@@ -124,3 +126,12 @@ def test_ctrl_c_leaves_a_valid_record_file(tmp_path):
         loaded = RecordStore(records).records()
     assert 3 <= len(loaded) < 400
     assert len({json.dumps(r["config"], sort_keys=True) for r in loaded}) == len(loaded)
+
+
+def test_a_round_is_one_config_per_core_of_a_measurer_with_more_cores_than_the_default():
+    class Cluster:
+        cores = 8 * 16
+
+    assert batch_size_for(None, None) == BATCH_SIZE
+    assert batch_size_for(None, Cluster()) == 128
+    assert batch_size_for(12, Cluster()) == 12  # what the user asks for wins

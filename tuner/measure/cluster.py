@@ -146,6 +146,11 @@ class RayMeasurer:
             self.close()
             raise
 
+    @property
+    def cores(self) -> int:
+        """The cores of the measuring nodes, together: the loop's default batch gives each one config."""
+        return sum(facts.target.cores for facts in self.nodes.values())
+
     def _alive_nodes(self) -> list[dict[str, Any]]:
         nodes = [n for n in self._ray.nodes() if n["Alive"] and n["Resources"].get(self.resource, 0) >= 1]
         return sorted(nodes, key=lambda n: not any(k.startswith("node:__internal_head__") for k in n["Resources"]))

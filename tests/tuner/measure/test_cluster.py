@@ -57,7 +57,7 @@ def test_a_tuned_kernel_measured_on_two_nodes_is_correct_and_recorded_once(clust
     records = tmp_path / "runs.jsonl"
     with RayMeasurer(resource=RESOURCE) as measurer:
         assert _listening_hosts() and all(_is_loopback(host) for host in _listening_hosts())
-        assert len(measurer.nodes) == 2 and measurer.target == host_target(CORES)
+        assert len(measurer.nodes) == 2 and measurer.target == host_target(CORES) and measurer.cores == 2 * CORES
         result = tuner.tune(WORKLOAD, trials=8, batch_size=8, records=str(records), measurer=measurer,
                             progress=False)
         assert sorted(measurer.measured_by) == sorted(measurer.nodes) and all(measurer.measured_by.values())
