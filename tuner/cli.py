@@ -222,11 +222,15 @@ def _report(results: list[TuneResult], as_json: bool, extra: dict[str, Any] | No
                   f"errors {s['errors'] or 'none'}")
         for key, value in (extra or {}).items():
             print(f"{key}: {value}")
-    failed = [r for r in results if not r.ok]
+    failed = [r for r in results if not r.ok and len(r.trace)]
     for r in failed:
-        kinds = ", ".join(f"{k} x{n}" for k, n in r.errors.items()) or "no trials ran"
+        kinds = ", ".join(f"{k} x{n}" for k, n in r.errors.items())
         print(f"autotune: every candidate of {r.workload.key} failed ({kinds})", file=sys.stderr)
-    return 1 if failed else 0
+    untried = [r for r in results if not len(r.trace)]
+    if untried:
+        print(f"autotune: {len(untried)} of {len(results)} workloads got no trial before the budget ran out "
+              "(give more --trials)", file=sys.stderr)
+    return 1 if failed or len(untried) == len(results) else 0
 
 
 def _best(args: argparse.Namespace) -> int:

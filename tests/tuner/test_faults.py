@@ -17,7 +17,7 @@ import pytest
 
 import workloads
 from tests import faults
-from tuner import Harness, LocalBuilder, LocalRunner, RecordError, RecordStore, tune
+from tuner import Harness, LocalBuilder, LocalRunner, MeasureResult, RecordError, RecordStore, Session, tune
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = workloads.matmul(32, 32, 16)
@@ -135,3 +135,20 @@ def test_nothing_is_unpickled_from_files():
         if re.search(r"torch\.load\((?![^)]*weights_only=True)", text):
             offenders.append(str(path))
     assert not offenders, offenders
+
+
+def test_a_suite_whose_budget_ends_before_every_layer_had_a_trial_is_not_a_failure(capsys):
+    from search import resolve_target
+    from tuner.cli import _report
+    from tuner.result import TuneResult, trial_table
+
+    target = resolve_target("llvm")
+    space = Session(WORKLOAD, target, pretrained=False).template.space
+    tried = Session(WORKLOAD, target, pretrained=False)
+    config = space.sample(np.random.default_rng(0), 1)[0]
+    tried.observe(config, MeasureResult([1e-4]))
+    measured = TuneResult(WORKLOAD, target, config, 1e-4, trial_table(tried.trace))
+    untried = TuneResult(workloads.matmul(8, 8, 8), target, None, float("inf"), trial_table([]))
+    assert _report([measured, untried], as_json=False) == 0
+    assert "1 of 2 workloads got no trial" in capsys.readouterr().err
+    assert _report([untried], as_json=False) == 1
