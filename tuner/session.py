@@ -104,16 +104,15 @@ class Session:
         exclude = set(self.measured) | self.pending
         if self.scorer is None:
             chosen = self.template.space.sample(self.rng, n, exclude=exclude)
-            self.pending.update(chosen)
-            return chosen
-        explore = int(round(n * self.exploration)) if self.measured else 0
-        seeds = sorted((c for c, latency in self.measured.items() if np.isfinite(latency)),
-                       key=lambda c: self.measured[c])[:16]
-        chosen = self.strategy.propose(self.template.space, self.scorer, self.rng, n - explore,
-                                       seeds=seeds, exclude=exclude)
-        chosen += self.template.space.sample(self.rng, n - len(chosen), exclude=exclude | set(chosen))
-        predicted: np.ndarray | list[float] = self.scorer(chosen) if chosen else []
-        self._predicted.update(zip(chosen, map(float, predicted)))
+        else:
+            explore = int(round(n * self.exploration)) if self.measured else 0
+            seeds = sorted((c for c, latency in self.measured.items() if np.isfinite(latency)),
+                           key=lambda c: self.measured[c])[:16]
+            chosen = self.strategy.propose(self.template.space, self.scorer, self.rng, n - explore,
+                                           seeds=seeds, exclude=exclude)
+            chosen += self.template.space.sample(self.rng, n - len(chosen), exclude=exclude | set(chosen))
+            predicted: np.ndarray | list[float] = self.scorer(chosen) if chosen else []
+            self._predicted.update(zip(chosen, map(float, predicted)))
         self.pending.update(chosen)
         return chosen
 

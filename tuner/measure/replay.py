@@ -27,7 +27,6 @@ class ReplayMeasurer:
         store = records if isinstance(records, RecordStore) else RecordStore(records)
         self._results: dict[tuple[str, str], MeasureResult] = {}
         self._configs: dict[str, list[Config]] = {}
-        self._seconds: dict[tuple[str, str], float] = {}
         self._targets: dict[str, str] = {}
         for record in fastest_per_config(store):
             key = (record["workload"], config_id(record["config"]))
@@ -35,7 +34,6 @@ class ReplayMeasurer:
             self._configs.setdefault(record["workload"], []).append(Config.from_json(record["config"]))
             self._results[key] = MeasureResult(record["costs"], record["error"], record["message"],
                                                build_s=record.get("build_s", 0.0), run_s=record.get("run_s", 0.0))
-            self._seconds[key] = float(record.get("build_s", 0) + record.get("run_s", 0)) or DEFAULT_MEASURE_S
         self.paced = paced
         self.saved_s = 0.0
         self.replayed = 0
@@ -56,12 +54,13 @@ class ReplayMeasurer:
         results = []
         for index, config in enumerate(configs):
             key = (workload.key, config.id)
-            result = self._results.get(key, MeasureResult(error=ErrorKind.RUN_ERROR,
-                                                          message="config not in the replayed records"))
+            recorded = self._results.get(key)
+            result = recorded or MeasureResult(error=ErrorKind.RUN_ERROR, message="config not in the replayed records")
+            seconds = (recorded.build_s + recorded.run_s or DEFAULT_MEASURE_S) if recorded else 0.0
             if self.paced:
-                time.sleep(self._seconds.get(key, 0.0))
+                time.sleep(seconds)
             else:
-                self.saved_s += self._seconds.get(key, 0.0)
+                self.saved_s += seconds
             self.replayed += 1
             results.append(result)
             if on_result is not None:
