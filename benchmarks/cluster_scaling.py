@@ -21,7 +21,6 @@ Writes `<out>/cluster_scaling-<date>.json`, `.md` and `.png`.
 from __future__ import annotations
 
 import argparse
-import gzip
 import shutil
 import tempfile
 import time
@@ -32,7 +31,7 @@ from typing import Any
 from benchmarks.common import CORES, REPO, RESULTS, command, machine, today, versions, write_report
 from cost_model import TrainingData
 from search import TargetInfo, resolve_target
-from search.records import RecordStore
+from search.records import RecordStore, load_records
 from tuner import ReplayMeasurer, Session, run
 from tuner.defaults import BATCH_SIZE
 from tuner.loop import GradientScheduler
@@ -221,10 +220,8 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="autotune-cluster-"))
     try:
         records = folder / "records.jsonl"
-        opener = gzip.open if args.records.suffix == ".gz" else open
-        with opener(args.records, "rb") as source, open(records, "wb") as plain:
-            shutil.copyfileobj(source, plain)
-        recorded = list(RecordStore(records))
+        recorded = load_records(args.records)
+        RecordStore(records).extend(recorded)
         tasks = len({r["workload"] for r in recorded})
         seconds = sum(r.get("build_s", 0) + r.get("run_s", 0) for r in recorded) / len(recorded)
         rows = simulate(folder, records, sizes, args.trials, args.batch_size)

@@ -112,10 +112,11 @@ def main() -> None:
     from search import Config, resolve_target, template_for
     from search.records import RecordStore, make_record
     from tuner import Harness
+    from tuner.measure.machine import with_machine
     from workloads import from_key
 
     store = RecordStore(args.records)
-    target = resolve_target("llvm")
+    target = with_machine(resolve_target("llvm"))  # the records carry the host's measured peaks
     templates = {key: template_for(from_key(key), target) for key in keys}
     counts = {key: Counter(Config.from_json(r["config"]) for r in store.select(key, target.key)) for key in keys}
     rngs = {key: np.random.default_rng([args.seed, index, len(counts[key])]) for index, key in enumerate(keys)}
@@ -127,7 +128,7 @@ def main() -> None:
     def measure(key: str, configs: list, measurer: Harness) -> None:
         template = templates[key]
         measurer.measure(template.workload, target, configs, on_result=lambda i, r: store.append(
-            make_record(key, target.key, configs[i].to_json(), r, source="random")))
+            make_record(key, target.key, configs[i].to_json(), r, host=target.host_facts(), source="random")))
         counts[key].update(configs)
         bar.update(len(configs))
 

@@ -115,7 +115,7 @@ def evaluate_workload(key: str, records_path: str, train_only: Dataset, seeds: i
     """Every variant over `seeds` replayed runs of one workload (a process of its own);
     `train_only`: a Dataset the pretrained model also learns from."""
     from cost_model import records_to_dataset
-    from cost_model.dataset import extractor_for, join
+    from cost_model.dataset import extractor_for, join, record_target
     from cost_model.pretrained import fit_pretrained
     from search import Config
     from search.records import RecordStore, fastest_per_config, is_ok, median_cost
@@ -128,7 +128,7 @@ def evaluate_workload(key: str, records_path: str, train_only: Dataset, seeds: i
     base_model = fit_pretrained(join(others, train_only))  # never saw `key`
     records = store.select(key)
     best = min(median_cost(r) for r in records if is_ok(r))
-    extractor = extractor_for(key, records[0]["target"])
+    extractor = extractor_for(key, record_target(records[0]))
     latency = {Config.from_json(r["config"]): median_cost(r) for r in fastest_per_config(records)}  # as in replay
     configs = [c for c in latency if extractor.template.space.is_valid(c)]
     features = CachedFeatures(configs, extractor)

@@ -1,7 +1,9 @@
-"""Records to training data: features, throughputs and one query group per workload."""
+"""Records to training data: features, throughputs and one query group per workload and host."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Mapping
@@ -9,44 +11,56 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from search import Config, InvalidConfig, template_for
-from search.records import RecordStore, fastest_per_config, median_cost
+from search.records import fastest_per_config, load_records, median_cost
 from search.targets import TargetInfo
 from workloads import from_key
 
 from .features import FEATURE_NAMES, FeatureExtractor
 
 
-@lru_cache(maxsize=64)
-def extractor_for(workload_key: str, target_key: str) -> FeatureExtractor:
-    return FeatureExtractor(template_for(from_key(workload_key), TargetInfo.from_key(target_key)))
+@lru_cache(maxsize=128)
+def extractor_for(workload_key: str, target: TargetInfo) -> FeatureExtractor:
+    return FeatureExtractor(template_for(from_key(workload_key), target))
+
+
+def host_name(target: TargetInfo) -> str:
+    """The host a group of records was measured on, as reports name it: its CPU and cores."""
+    return f"{target.mcpu or target.arch or target.kind}/{target.cores}c"
 
 
 @dataclass
 class Dataset:
     features: np.ndarray
     throughputs: np.ndarray  # FLOP/s; 0 for a failed candidate
-    groups: np.ndarray  # sizes of consecutive per-workload groups
-    workloads: list[str]  # one key per group
+    groups: np.ndarray  # sizes of consecutive groups, one per workload and host
+    workloads: list[str]  # one workload key per group
+    hosts: list[str]  # one `host_name` per group
+
+    def where(self, keep: Callable[[str, str], bool]) -> "Dataset":
+        """The groups whose (workload, host) `keep` accepts."""
+        bounds = np.concatenate([[0], np.cumsum(self.groups)]).astype(int)
+        chosen = [i for i, (w, h) in enumerate(zip(self.workloads, self.hosts)) if keep(w, h)]
+        rows = [np.arange(bounds[i], bounds[i + 1]) for i in chosen]
+        index = np.concatenate(rows) if rows else np.zeros(0, dtype=int)
+        return Dataset(self.features[index], self.throughputs[index], np.array([len(r) for r in rows], dtype=np.int64),
+                       [self.workloads[i] for i in chosen], [self.hosts[i] for i in chosen])
 
     def subset(self, keep: Iterable[str]) -> "Dataset":
-        keep = set(keep)
-        bounds = np.concatenate([[0], np.cumsum(self.groups)])
-        rows = [np.arange(lo, hi) for w, lo, hi in zip(self.workloads, bounds[:-1], bounds[1:]) if w in keep]
-        index = np.concatenate(rows) if rows else np.zeros(0, dtype=int)
-        return Dataset(self.features[index], self.throughputs[index],
-                       np.array([len(r) for r in rows], dtype=np.int64),
-                       [w for w in self.workloads if w in keep])
+        """The groups of the `keep` workloads, on every host."""
+        wanted = set(keep)
+        return self.where(lambda workload, _: workload in wanted)
 
 
 def join(*datasets: Dataset) -> Dataset:
-    """One dataset of several with distinct workloads, their groups kept apart; of none, an empty one."""
+    """One dataset of several with distinct (workload, host) groups, kept apart; of none, an empty one."""
     if not datasets:
-        return Dataset(np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32), np.zeros(0), np.zeros(0, dtype=np.int64), [])
-    names = [w for d in datasets for w in d.workloads]
+        return Dataset(np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32), np.zeros(0), np.zeros(0, dtype=np.int64),
+                       [], [])
+    names = [(w, h) for d in datasets for w, h in zip(d.workloads, d.hosts)]
     if len(set(names)) != len(names):
-        raise ValueError("the datasets share workloads; join keeps each workload's group whole, so they must not")
+        raise ValueError("the datasets share a workload on a host; join keeps each group whole, so they must not")
     return Dataset(np.concatenate([d.features for d in datasets]), np.concatenate([d.throughputs for d in datasets]),
-                   np.concatenate([d.groups for d in datasets]), names)
+                   np.concatenate([d.groups for d in datasets]), [w for w, _ in names], [h for _, h in names])
 
 
 def throughput(record: Mapping[str, Any]) -> float:
@@ -55,16 +69,27 @@ def throughput(record: Mapping[str, Any]) -> float:
     return from_key(record["workload"]).flops / latency if np.isfinite(latency) else 0.0
 
 
+def record_target(record: Mapping[str, Any]) -> TargetInfo:
+    """The target a record was measured for, with the facts of the host that measured it."""
+    return _record_target(record["target"], json.dumps(record.get("host"), sort_keys=True))
+
+
+@lru_cache(maxsize=64)
+def _record_target(target_key: str, host: str) -> TargetInfo:
+    return TargetInfo.from_record(target_key, json.loads(host))
+
+
 def records_to_dataset(records: Iterable[Mapping[str, Any]]) -> Dataset:
-    """Group records by (workload, target) and extract features of their configs; a config timed
-    more than once counts once, with its fastest timing."""
-    by_group: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    """Group records by workload and measuring host and extract features of their configs, each
+    for that host; a config timed more than once counts once, with its fastest timing."""
+    by_group: dict[tuple[str, TargetInfo], list[Mapping[str, Any]]] = {}
     for record in fastest_per_config(records):
-        by_group.setdefault((record["workload"], record["target"]), []).append(record)
+        by_group.setdefault((record["workload"], record_target(record)), []).append(record)
     features: list[np.ndarray] = []
     throughputs: list[np.ndarray] = []
     groups: list[int] = []
     names: list[str] = []
+    hosts: list[str] = []
     for (workload, target), group in by_group.items():
         extractor = extractor_for(workload, target)
         valid: list[tuple[Config, float]] = []
@@ -78,18 +103,19 @@ def records_to_dataset(records: Iterable[Mapping[str, Any]]) -> Dataset:
         throughputs.append(np.array([t for _, t in valid]))
         groups.append(len(valid))
         names.append(workload)
+        hosts.append(host_name(target))
     if not features:
         raise InvalidConfig("no usable records: none of their configs fits the current search space")
-    return Dataset(np.concatenate(features), np.concatenate(throughputs), np.array(groups), names)
+    return Dataset(np.concatenate(features), np.concatenate(throughputs), np.array(groups), names, hosts)
 
 
 def files_to_dataset(paths: Iterable[str]) -> Dataset:
-    """The records of several files, whose workloads must differ, as one dataset; empty for none."""
-    return join(*(records_to_dataset(RecordStore(path)) for path in paths))
+    """The records of several files (.jsonl or .jsonl.gz), whose (workload, host) groups must
+    differ, as one dataset; empty for none."""
+    return join(*(records_to_dataset(load_records(path)) for path in paths))
 
 
 def split_by_workload(dataset: Dataset, holdout: Iterable[str]) -> tuple[Dataset, Dataset]:
-    """(train, test) with the `holdout` workloads only in test."""
-    holdout = set(holdout)
-    return (dataset.subset([w for w in dataset.workloads if w not in holdout]),
-            dataset.subset([w for w in dataset.workloads if w in holdout]))
+    """(train, test) with the `holdout` workloads (on every host) only in test."""
+    held = set(holdout)
+    return dataset.where(lambda w, _: w not in held), dataset.where(lambda w, _: w in held)

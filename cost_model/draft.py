@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from search.cuda_template import CUDATemplate
 
 CPU_GHZ = 3.0
-L1_BYTES, L2_BYTES = 32 << 10, 512 << 10
 CUDA_SMS, CUDA_GHZ, CUDA_FMA_PER_SM = 132, 1.8, 128
 CUDA_THREADS_PER_SM, CUDA_REGISTERS_PER_SM, CUDA_SHARED_PER_SM = 2048, 65536, 228 << 10
 TENSOR_FMA_PER_SM = 2048  # dense float16 with float32 accumulation, per clock (Hopper)
@@ -29,6 +28,7 @@ DRAFT_NAMES = (
     "vector_width", "vector_efficiency", "log_register_tile", "loads_per_fma", "log_l1_tile_bytes",
     "l1_fit", "l2_fit", "packed", "log_unroll", "log_threads", "log_vthreads", "log_blocks",
     "wave_efficiency", "log_shared_bytes", "registers_per_thread", "occupancy",
+    "fma_pipes", "l3_fit", "log_l1_bytes", "log_l2_bytes",
 )
 
 
@@ -72,24 +72,30 @@ def draft_features(template: Template, config: Config) -> dict[str, float]:
 
 
 def _cpu_draft(template: CPUTemplate, config: Config, fmas: int, loads: int) -> dict[str, float]:
-    s = template.structure
-    cores, lanes = template.target.cores, template.lanes
+    """The CPU's own facts shape the estimate (FMA pipes, cache sizes), so that one model, trained on
+    records of several CPUs, reads each candidate against the machine that runs it."""
+    s, target = template.structure, template.target
+    cores, lanes = target.cores, template.lanes
+    l1, l2, l3 = (target.cache_or_datasheet(level) for level in ("L1", "L2", "L3"))
+    pipes = max(1, target.flops_per_cycle // (2 * lanes))  # full-width FMAs issued per cycle
     parallel = math.prod(_level(template, config, 0))
     vec_axis = s.axis_names.index(config["vector_axis"])
     width = config[template.axis_knob(vec_axis)][-1]
     vector_eff = width / (math.ceil(width / lanes) * lanes)
     vector_fmas = fmas / lanes if width > 1 else fmas
-    cycles = max(vector_fmas / 2, loads / 2, 4.0)  # two FMA and two load ports; FMA latency 4
-    kernel_eff = (vector_fmas / 2) / cycles
+    cycles = max(vector_fmas / pipes, loads / 2, 4.0)  # FMA pipes, two load ports, FMA latency 4
+    kernel_eff = (vector_fmas / pipes) / cycles
     l1_tile = sum(r.footprint(_tiles(template, config, 2)) for r in s.reads) * s.dtype_bytes
     l2_tile = sum(r.footprint(_tiles(template, config, 1)) for r in s.reads) * s.dtype_bytes
-    memory_eff = (1.0 if l1_tile <= L1_BYTES else 0.6) * (1.0 if l2_tile <= L2_BYTES else 0.7)
-    peak = cores * lanes * 4 * CPU_GHZ
+    memory_eff = (1.0 if l1_tile <= l1 else 0.6) * (1.0 if l2_tile <= l2 else 0.7)
+    peak = cores * target.flops_per_cycle * CPU_GHZ
     gflops = peak * _efficiency(parallel, cores) * vector_eff * kernel_eff * memory_eff
     return {"draft_log_gflops": math.log2(1 + gflops), "cores": cores, "vector_lanes": lanes,
             "log_parallel_extent": math.log2(parallel), "parallel_efficiency": _efficiency(parallel, cores),
             "vector_width": width, "vector_efficiency": vector_eff, "log_l1_tile_bytes": math.log2(l1_tile),
-            "l1_fit": l1_tile / L1_BYTES, "l2_fit": l2_tile / L2_BYTES, "packed": float(config.get("pack", 0))}
+            "l1_fit": l1_tile / l1, "l2_fit": l2_tile / l2, "l3_fit": l2_tile * cores / l3,
+            "packed": float(config.get("pack", 0)), "fma_pipes": pipes, "log_l1_bytes": math.log2(l1),
+            "log_l2_bytes": math.log2(l2)}
 
 
 def _gpu_draft(template: GPUTemplate, config: Config, blocks: int, intensity: float,

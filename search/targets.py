@@ -25,6 +25,19 @@ CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 491
                "thread_warp_size": 32, "registers_per_block": 65536}
 ISA_FEATURES = ("sse4.2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vnni", "neon", "sve")
 CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+# FP32 FLOPs per cycle per core of the vector units (2 per FMA lane, times the FMA pipes), by LLVM CPU
+# name, from the vendors' optimization manuals; CPUs not listed are assumed to have two FMA pipes.
+FLOPS_PER_CYCLE = {"znver1": 16, "znver2": 32, "znver3": 32, "znver4": 32, "znver5": 64, "haswell": 32,
+                   "broadwell": 32, "skylake": 32, "alderlake": 32, "skylake-avx512": 64, "cascadelake": 64,
+                   "cooperlake": 64, "icelake-server": 64, "sapphirerapids": 64, "emeraldrapids": 64}
+# Per-core data cache sizes (L1d, L2) and the L3 one core can reach, from the datasheets, by LLVM CPU
+# name: the facts of a host that its records do not carry (records written before they did).
+DATASHEET_CACHES = {"znver1": {"L1": 32 << 10, "L2": 512 << 10, "L3": 8 << 20},
+                    "znver2": {"L1": 32 << 10, "L2": 512 << 10, "L3": 16 << 20},
+                    "znver3": {"L1": 32 << 10, "L2": 512 << 10, "L3": 32 << 20},
+                    "znver4": {"L1": 32 << 10, "L2": 1 << 20, "L3": 32 << 20},
+                    "znver5": {"L1": 48 << 10, "L2": 1 << 20, "L3": 32 << 20}}
+GENERIC_CACHES = {"L1": 32 << 10, "L2": 512 << 10, "L3": 16 << 20}
 
 
 def _cache_sizes() -> dict[str, int]:
@@ -44,6 +57,20 @@ def _cache_sizes() -> dict[str, int]:
     return sizes
 
 
+def cpu_model() -> str:
+    """The CPU's marketing name, as the OS reports it."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "model name":
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 @dataclasses.dataclass(frozen=True)
 class TargetInfo:
     """A resolved target. `spec` is the exact TVM target as JSON; the rest are facts read off it
@@ -59,6 +86,7 @@ class TargetInfo:
     caches: tuple[tuple[str, int], ...] = ()  # (("L1", bytes), ("L2", bytes), ...) when known
     peak_gflops: float | None = None  # measured peaks, where the machine was measured
     bandwidth_gbs: float | None = None
+    cpu: str = ""  # the CPU's marketing name, where the target is a machine's own (llvm only)
 
     @property
     def is_cuda(self) -> bool:
@@ -96,6 +124,37 @@ class TargetInfo:
 
     def cache_bytes(self, level: str) -> int | None:
         return dict(self.caches).get(level)
+
+    def cache_or_datasheet(self, level: str) -> int:
+        """A cache's size: the measured one, else the datasheet's for this CPU, else a generic one."""
+        return self.cache_bytes(level) or DATASHEET_CACHES.get(self.mcpu, GENERIC_CACHES)[level]
+
+    @property
+    def flops_per_cycle(self) -> int:
+        """FP32 FLOPs per cycle per core of the vector units (datasheet; two FMA pipes if unlisted)."""
+        return FLOPS_PER_CYCLE.get(self.mcpu, 4 * self.vector_bits // 32)
+
+    def host_facts(self) -> dict[str, Any] | None:
+        """What a record says of the machine that measured it (CPU targets): the facts that shape its
+        timings and that a cost model serving many CPUs reads; None for a GPU target."""
+        if self.is_cuda:
+            return None
+        return {"cpu": self.cpu, "mcpu": self.mcpu, "cores": self.cores, "isa": list(self.isa),
+                "vector_bits": self.vector_bits, "caches": dict(self.caches), "peak_gflops": self.peak_gflops,
+                "bandwidth_gbs": self.bandwidth_gbs}
+
+    @classmethod
+    def from_record(cls, target_key: str, host: Mapping[str, Any] | None) -> "TargetInfo":
+        """The target of a record: its key, with the facts of the host that measured it (where the
+        record carries them; else the datasheet's caches for its CPU)."""
+        info = cls.from_key(target_key)
+        if info.is_cuda:
+            return info
+        host = host or {}
+        caches = host.get("caches") or DATASHEET_CACHES.get(info.mcpu, {})
+        return dataclasses.replace(info, caches=tuple(sorted((str(k), int(v)) for k, v in caches.items())),
+                                   peak_gflops=host.get("peak_gflops"), bandwidth_gbs=host.get("bandwidth_gbs"),
+                                   cpu=str(host.get("cpu", "")))
 
     def with_peaks(self, peak_gflops: float, bandwidth_gbs: float) -> "TargetInfo":
         """The same target with the machine's measured peak FLOP/s and memory bandwidth."""
@@ -159,7 +218,7 @@ def host_cpu_target(num_cores: int | None = None) -> Target:
 def host_target(cores: int | None = None) -> TargetInfo:
     """This machine's CPU as a resolved target (its caches included), on `cores` cores (all the
     user's by default): what `"llvm"` means, and what a cluster node that owns `cores` offers."""
-    return TargetInfo.from_tvm(host_cpu_target(cores), caches=_cache_sizes())
+    return dataclasses.replace(TargetInfo.from_tvm(host_cpu_target(cores), caches=_cache_sizes()), cpu=cpu_model())
 
 
 def resolve_target(target: Any) -> TargetInfo:

@@ -47,6 +47,7 @@ class Session:
         if candidates is not None:  # e.g. the recorded configs of a replayed run
             self.template.space = RestrictedSpace(self.template.space, candidates)
         self.target: TargetInfo = self.template.target
+        self._host = self.target.host_facts()  # what each record says of the machine that measured it
         self.strategy = make_strategy(strategy)
         self.learned = strategy != "random"
         self.model: CostModel = make_model(model, self.target.kind, pretrained, seed) if isinstance(model, str) else model
@@ -127,7 +128,8 @@ class Session:
                                      "build_s": round(result.build_s, 4), "run_s": round(result.run_s, 4)}
             if predicted is not None and np.isfinite(predicted):
                 extra["predicted"] = predicted
-            self.store.append(make_record(self.workload.key, self.target.key, config.to_json(), result, **extra))
+            self.store.append(make_record(self.workload.key, self.target.key, config.to_json(), result,
+                                          host=self._host, **extra))
         self.measured[config] = result.latency
         self.pending.discard(config)
         best = self.best_latency

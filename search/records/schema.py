@@ -1,6 +1,8 @@
 """The record format: one JSON object per measured candidate, versioned, validated before it is written.
 
 Records are plain dicts so that keys added by callers (round, predicted, ...) survive a round trip.
+Schema 2 added `host`: the facts of the machine that measured the record (`TargetInfo.host_facts`,
+null for a GPU). Schema 1 files are still read; their records get `host` null on loading.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from ..config import config_id
 from ..version import __version__
 from .result import ErrorKind, MeasureResult, median_latency
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = frozenset({1, 2})
 
 Record = dict[str, Any]
 KnobValue = Union[int, str, bool, list[int]]
 
 REQUIRED_KEYS: tuple[str, ...] = (
-    "schema", "workload", "target", "config", "costs", "error", "message", "timestamp", "version",
+    "schema", "workload", "target", "config", "costs", "error", "message", "timestamp", "version", "host",
 )
 REQUIRED = frozenset(REQUIRED_KEYS)
 ERRORS = frozenset(kind.value for kind in ErrorKind)
@@ -62,9 +65,10 @@ def normalize_config(config: Mapping[str, Any]) -> dict[str, KnobValue]:
     return out
 
 
-def make_record(workload_key: str, target_key: str, config: Mapping[str, Any], result: MeasureResult,
-                **extra: Any) -> Record:
-    """A record of one measurement; `extra` keys (round, predicted, ...) are stored alongside."""
+def make_record(workload_key: str, target_key: str, config: Mapping[str, Any], result: MeasureResult, *,
+                host: Mapping[str, Any] | None = None, **extra: Any) -> Record:
+    """A record of one measurement on the machine `host` describes (`TargetInfo.host_facts`); `extra`
+    keys (round, predicted, ...) are stored alongside."""
     clash = REQUIRED & extra.keys()
     if clash:
         raise ValueError(f"extra keys {sorted(clash)} would overwrite required record keys")
@@ -78,6 +82,7 @@ def make_record(workload_key: str, target_key: str, config: Mapping[str, Any], r
         "message": result.message,
         "timestamp": time.time(),
         "version": __version__,
+        "host": dict(host) if host is not None else None,
         **extra,
     }
     validate_record(record)
@@ -107,6 +112,13 @@ def fastest_per_config(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str
     return list(chosen.values())
 
 
+def upgrade(obj: Any) -> Any:
+    """A record of an older schema as this schema reads it (in place): schema 1 had no `host`."""
+    if type(obj) is dict and obj.get("schema") == 1:
+        obj.setdefault("host", None)
+    return obj
+
+
 def shape_problem(obj: Any) -> str | None:
     """Why a parsed line is not a record, checking only what loading relies on (kept cheap: 100k lines)."""
     if type(obj) is not dict:
@@ -119,12 +131,15 @@ def shape_problem(obj: Any) -> str | None:
         return "record config is not an object or costs not a list"
     if type(obj["error"]) is not str or obj["error"] not in ERRORS:
         return f"record has unknown error kind {obj['error']!r}"
+    if obj["host"] is not None and type(obj["host"]) is not dict:
+        return "record host is not an object or null"
     return None
 
 
 def schema_ok(obj: Any) -> bool:
+    """A schema this code reads (a line without one is judged by its shape instead)."""
     schema = obj.get("schema", SCHEMA_VERSION) if type(obj) is dict else SCHEMA_VERSION
-    return type(schema) is int and schema == SCHEMA_VERSION
+    return type(schema) is int and schema in READABLE_SCHEMAS
 
 
 def _is_number(value: object) -> bool:
@@ -138,7 +153,7 @@ def validate_record(record: Mapping[str, Any]) -> None:
     record = dict(record)
     problem = shape_problem(record)
     if problem is None and not schema_ok(record):
-        problem = f"record schema {record['schema']!r}, expected {SCHEMA_VERSION}"
+        problem = f"record schema {record['schema']!r}, expected one of {sorted(READABLE_SCHEMAS)}"
     if problem is None:
         if not record["workload"] or not record["target"]:
             problem = "record workload/target is empty"

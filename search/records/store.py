@@ -21,8 +21,8 @@ from typing import Any
 import filelock
 
 from ..config import config_id
-from .schema import (ERRORS, REQUIRED, SCHEMA_VERSION, Record, RecordError, RecordWarning, is_ok, median_cost,
-                     schema_ok, shape_problem, validate_record)
+from .schema import (ERRORS, READABLE_SCHEMAS, REQUIRED, SCHEMA_VERSION, Record, RecordError, RecordWarning, is_ok,
+                     median_cost, schema_ok, shape_problem, upgrade, validate_record)
 
 # Every line starts like this (schema is written first), so a cut first line can be told from a foreign file.
 _LINE_START = b'{"schema":'
@@ -190,9 +190,9 @@ class RecordStore:
                 keep(obj)
                 continue
             if not schema_ok(obj):
-                raise RecordError(f"{self.path}: record file of schema {obj['schema']!r}, expected {SCHEMA_VERSION}"
-                                  f" (line {lineno})")
-            problem = shape_problem(obj)
+                raise RecordError(f"{self.path}: record file of schema {obj['schema']!r}, expected one of "
+                                  f"{sorted(READABLE_SCHEMAS)} (line {lineno})")
+            problem = shape_problem(upgrade(obj))
             if problem is None:
                 keep(obj)
             else:
@@ -286,3 +286,20 @@ class RecordStore:
             raise RecordError(f"{self.path} holds records for target(s) {', '.join(sorted(targets))}, not {target};"
                               " use another records file")
         return self.workloads() - {workload}
+
+
+def load_records(path: str | os.PathLike[str]) -> list[Record]:
+    """Every valid record of a file: a record file (.jsonl), or a gzip-compressed one (.jsonl.gz,
+    read-only: how the datasets are committed), checked line by line alike."""
+    path = Path(path)
+    if path.suffix != ".gz":
+        return RecordStore(path).records()
+    import gzip
+
+    reader = RecordStore(path)  # its line parser, not its cache: a compressed file is read whole
+    good: list[Record] = []
+    bad: list[tuple[int, str]] = []
+    with gzip.open(path, "rb") as f:
+        reader._parse_lines(f.read().splitlines(), 1, good, bad)
+    reader._warn(bad)
+    return good

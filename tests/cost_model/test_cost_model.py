@@ -116,7 +116,7 @@ def test_join_keeps_groups_apart_and_refuses_a_shared_workload(dataset):
     joined = join(first, second)
     assert joined.workloads == dataset.workloads[:3] and list(joined.groups) == list(dataset.groups[:3])
     np.testing.assert_array_equal(joined.features, dataset.subset(dataset.workloads[:3]).features)
-    with pytest.raises(ValueError, match="share workloads"):
+    with pytest.raises(ValueError, match="share a workload on a host"):
         join(first, dataset.subset(dataset.workloads[1:2]))
     nothing = join()  # no train-only files: joining it changes nothing
     np.testing.assert_array_equal(join(first, nothing).features, first.features)
@@ -169,3 +169,24 @@ def test_the_shipped_model_loads_and_ranks():
     assert scores.shape == (8,) and np.ptp(scores) > 0
     with pytest.raises(ValueError, match="no pretrained model"):
         load_pretrained("rocm")
+
+
+def test_records_of_two_hosts_are_two_groups_each_read_against_its_own_machine():
+    """One workload measured on two CPUs: two groups, each featurized for the CPU that measured
+    it (its lanes, FMA pipes and caches), and joined datasets keep (workload, host) groups apart."""
+    key = workloads.matmul(64, 64, 64).key
+    zen3, zen5 = "llvm -mcpu=znver3 -num-cores=2", "llvm -mcpu=znver5 -num-cores=2"
+    configs = search.template_for(workloads.matmul(64, 64, 64), search.TargetInfo.from_key(zen3)).space.sample(
+        np.random.default_rng(0), 6)
+    records = [make_record(key, target, c.to_json(), MeasureResult(costs=(1e-3 * (i + 1),)), host=host)
+               for target, host in ((zen3, None), (zen5, {"cpu": "x", "caches": {"L1": 48 << 10, "L2": 2 << 20}}))
+               for i, c in enumerate(configs)]
+    data = records_to_dataset(records)
+    assert data.workloads == [key, key] and data.hosts == ["znver3/2c", "znver5/2c"] and list(data.groups) == [6, 6]
+    column = {name: data.features[:, i] for i, name in enumerate(FEATURE_NAMES)}
+    assert set(column["log_l1_bytes"][:6]) == {15.0} and set(column["log_l1_bytes"][6:]) == {np.float32(np.log2(48 << 10))}
+    assert set(column["log_l2_bytes"][6:]) == {21.0} and set(column["vector_lanes"][:6]) == {8.0}
+    zen3_only, zen5_only = data.where(lambda _, h: h == "znver3/2c"), data.where(lambda _, h: h == "znver5/2c")
+    np.testing.assert_array_equal(join(zen3_only, zen5_only).features, data.features)
+    with pytest.raises(ValueError, match="share a workload on a host"):
+        join(data, zen5_only)

@@ -14,7 +14,7 @@ import pytest
 from search.config import config_id
 from search.records import ErrorKind, MeasureResult
 from search.records import (SCHEMA_VERSION, RecordError, RecordStore, RecordWarning,
-                           fastest_per_config, make_record, median_cost)
+                           fastest_per_config, load_records, make_record, median_cost)
 from search.version import __version__ as TOOL_VERSION
 
 W1, W2 = "matmul(M=64,N=64,K=64)", "conv2d(N=1,C=8,H=8,W=8,K=8)"
@@ -54,7 +54,30 @@ def test_round_trip_preserves_every_key_and_extras(tmp_path: Path) -> None:
     assert loaded[1]["error"] == "run_timeout" and loaded[1]["costs"] == []
     assert abs(loaded[0]["timestamp"] - time.time()) < 60
     lines = path.read_bytes().split(b"\n")
-    assert lines[-1] == b"" and len(lines) == 3 and all(line.startswith(b'{"schema":1,') for line in lines[:2])
+    assert lines[-1] == b"" and len(lines) == 3 and all(line.startswith(b'{"schema":2,') for line in lines[:2])
+
+
+def test_schema_1_files_are_read_with_an_unknown_host_and_appended_to(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    old = {k: v for k, v in rec(1).items() if k != "host"} | {"schema": 1}
+    path.write_text(json.dumps(old, separators=(",", ":")) + "\n")
+    store = RecordStore(path)
+    assert store.records() == [{**old, "host": None}]
+    host = {"cpu": "AMD EPYC", "mcpu": "znver4", "cores": 2, "caches": {"L1": 32768}}
+    store.append(rec(2, host=host))
+    assert [r["schema"] for r in RecordStore(path)] == [1, 2]
+    assert RecordStore(path).records()[1]["host"] == host
+
+
+def test_load_records_reads_compressed_files_like_plain_ones(tmp_path: Path) -> None:
+    import gzip
+
+    plain = RecordStore(tmp_path / "r.jsonl")
+    plain.extend([rec(1), rec(2, host={"mcpu": "znver3"})])
+    with gzip.open(tmp_path / "r.jsonl.gz", "wb") as f:
+        f.write(plain.path.read_bytes() + b"not a record\n")
+    with pytest.warns(RecordWarning, match=r"r.jsonl.gz:3: skipped"):
+        assert load_records(tmp_path / "r.jsonl.gz") == load_records(plain.path) == plain.records()
 
 
 def test_config_id_is_canonical_and_make_record_normalizes() -> None:
@@ -77,7 +100,9 @@ def test_make_record_rejects_extras_that_clash_with_required_keys() -> None:
 @pytest.mark.parametrize("change", [
     lambda r: r.pop("costs"),
     lambda r: r.update(error="exploded"),
-    lambda r: r.update(schema=2),
+    lambda r: r.update(schema=3),
+    lambda r: r.update(host="znver4"),
+    lambda r: r.pop("host"),
     lambda r: r.update(workload=""),
     lambda r: r.update(costs=["fast"]),
     lambda r: r.update(predicted=float("nan")),
@@ -252,9 +277,9 @@ def test_cache_follows_other_writers_and_replaced_files(tmp_path: Path) -> None:
 
 def test_wrong_schema_raises_and_is_never_appended_to(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
-    old = {**rec(1), "schema": 2}
-    path.write_text(json.dumps(old) + "\n")
-    with pytest.raises(RecordError, match=r"record file of schema 2, expected 1"):
+    future = {**rec(1), "schema": 3}
+    path.write_text(json.dumps(future) + "\n")
+    with pytest.raises(RecordError, match=r"record file of schema 3, expected one of \[1, 2\]"):
         RecordStore(path).records()
     before = path.read_bytes()
     with pytest.raises(RecordError):

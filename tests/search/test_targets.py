@@ -51,3 +51,19 @@ def test_measured_peaks_have_room_beside_the_facts():
     target = resolve_target("llvm").with_peaks(peak_gflops=100.0, bandwidth_gbs=20.0)
     assert (target.peak_gflops, target.bandwidth_gbs) == (100.0, 20.0)
     assert target.key == resolve_target("llvm").key
+
+
+def test_a_record_names_the_host_that_measured_it_and_reads_back_with_its_facts():
+    host = resolve_target("llvm").with_peaks(peak_gflops=100.0, bandwidth_gbs=20.0)
+    facts = host.host_facts()
+    assert facts["cpu"] and facts["mcpu"] == host.mcpu and facts["caches"] == dict(host.caches)
+    assert (facts["peak_gflops"], facts["bandwidth_gbs"]) == (100.0, 20.0)
+    again = TargetInfo.from_record(host.key, facts)
+    assert again.key == host.key and again.caches == host.caches and again.cpu == host.cpu
+    assert again.peak_gflops == 100.0 and again.flops_per_cycle == host.flops_per_cycle
+    # a record without host facts (schema 1) reads back with its CPU's datasheet caches
+    zen1 = TargetInfo.from_record("llvm -mcpu=znver1 -num-cores=2", None)
+    assert (zen1.cache_bytes("L2"), zen1.cache_bytes("L3"), zen1.flops_per_cycle) == (512 << 10, 8 << 20, 16)
+    unknown = TargetInfo.from_key("llvm -mcpu=generic -num-cores=2")
+    assert unknown.cache_or_datasheet("L2") == 512 << 10  # generic sizes, never a failure
+    assert resolve_target("cuda").host_facts() is None

@@ -26,10 +26,9 @@ from typing import Any
 
 from search import Config, TargetInfo
 from search.records import ErrorKind, MeasureResult
-from search.targets import host_target
+from search.targets import cpu_model, host_target
 from workloads import Workload
 
-from .machine import cpu_model
 from .measurer import Harness, Measurer, OnResult
 
 log = logging.getLogger(__name__)

@@ -21,13 +21,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from search import TargetInfo, resolve_target
+from search.targets import cpu_model
 
 PROBE_TIMEOUT_S = 120.0
-# FP32 FLOPs per cycle per core of the vector units (2 per FMA lane, times the FMA pipes), by LLVM CPU
-# name, from the vendors' optimization manuals; CPUs not listed are assumed to have two FMA pipes.
-FLOPS_PER_CYCLE = {"znver1": 16, "znver2": 32, "znver3": 32, "znver4": 32, "znver5": 64, "haswell": 32,
-                   "broadwell": 32, "skylake": 32, "alderlake": 32, "skylake-avx512": 64, "cascadelake": 64,
-                   "cooperlake": 64, "icelake-server": 64, "sapphirerapids": 64, "emeraldrapids": 64}
 FMA_CHAINS = 12  # independent accumulators per thread: more than FMA latency x pipes, so none waits
 FMA_STEPS = 200_000
 
@@ -79,31 +75,20 @@ class MachineFacts:
         return cls(**{**{k: v for k, v in data.items() if k in fields}, "isa": tuple(data["isa"])})
 
 
-def _cpuinfo(field: str) -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == field:
-                return value.strip()
-    except OSError:
-        pass
-    return None
-
-
-def cpu_model() -> str:
-    """The CPU's marketing name, as the OS reports it."""
-    import platform
-
-    return _cpuinfo("model name") or platform.processor() or platform.machine()
-
-
 def _clock_mhz() -> float | None:
     """The highest clock the OS states: cpufreq's maximum, else /proc/cpuinfo's current."""
     try:
         return int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1e3
     except (OSError, ValueError):
-        mhz = _cpuinfo("cpu MHz")
-        return float(mhz) if mhz else None
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "cpu MHz":
+                return float(value)
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def cache_path(target: TargetInfo) -> Path:
@@ -199,7 +184,7 @@ def measure(target: TargetInfo) -> MachineFacts:
     return MachineFacts(cpu_model=cpu_model(), mcpu=target.mcpu, cores=target.cores, isa=target.isa,
                         vector_bits=target.vector_bits, caches=dict(target.caches), peak_gflops=max(first, second),
                         peak_gflops_1core=one_core, bandwidth_gbs=statistics.median(triad), clock_mhz=_clock_mhz(),
-                        flops_per_cycle=FLOPS_PER_CYCLE.get(target.mcpu, 4 * target.vector_bits // 32),
+                        flops_per_cycle=target.flops_per_cycle,
                         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 

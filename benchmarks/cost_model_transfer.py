@@ -1,0 +1,181 @@
+"""How the cost model ranks on a machine or a network it never saw, over training seeds.
+
+    python -m benchmarks.cost_model_transfer [--seeds 5]
+
+Leave-one-host-out: for each CPU in the random-config datasets (`cost_model/data/cpu_*`, each record
+carrying the host that measured it), a model trained on the other CPUs' records ranks this CPU's
+workloads; "strict" also keeps this CPU's workloads out of training (a new workload on a new CPU),
+and the GEMM columns are the matmul and batch-matmul workloads alone. The same is run without the
+host-aware draft terms (FMA pipes, cache sizes) to show what they are worth.
+Leave-one-network-out, as TenSet defines it: for each network of the model suites, a model trained
+on everything except that network's tasks (random configs of every CPU, and the tuning records of
+the other networks) ranks the held-out network's tuning records (`networks-znver4.jsonl.gz`); top-k
+is the best latency over the best among the model's top k, averaged over the network's tasks
+weighted by their occurrences. Every figure is the mean over training seeds, with its spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from benchmarks.common import REPO, RESULTS, command, today, versions, write_report
+
+if TYPE_CHECKING:
+    from cost_model import Dataset
+
+DATA = REPO / "cost_model" / "data"
+NETWORK_RECORDS = DATA / "networks-znver4.jsonl.gz"
+NETWORKS = ("resnet50", "mobilenet_v2", "bert_base", "llm_7b")
+HOST_AWARE = ("fma_pipes", "l3_fit", "log_l1_bytes", "log_l2_bytes")
+METRICS = ("pairwise_accuracy", "top1", "top5")
+
+
+def host_files() -> list[Path]:
+    """The random-config datasets, one or more per CPU."""
+    return sorted(p for p in DATA.glob("cpu_*.jsonl*") if not p.name.endswith(".lock"))
+
+
+def is_gemm(workload: str) -> bool:
+    return workload.startswith(("matmul(", "batch_matmul("))
+
+
+def fit(train: Dataset, seed: int, columns: np.ndarray) -> Any:
+    """The shipped recipe, trained on `train` with `seed`."""
+    from cost_model import LightGBMRanker
+    from cost_model.pretrained import PRETRAINED_PARAMS
+
+    return LightGBMRanker(**{**PRETRAINED_PARAMS, "seed": seed}).fit(train.features[:, columns], train.throughputs,
+                                                                     train.groups)
+
+
+def per_group(model: Any, test: Dataset, columns: np.ndarray) -> list[dict[str, float]]:
+    """Each group's ranking metrics."""
+    from cost_model.metrics import group_metrics
+
+    scores = model.predict(test.features[:, columns])
+    bounds = np.concatenate([[0], np.cumsum(test.groups)]).astype(int)
+    return [group_metrics(scores[lo:hi], test.throughputs[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def spread(values: Iterable[float]) -> dict[str, float]:
+    """Mean, standard deviation, min and max over seeds."""
+    array = np.asarray(list(values), dtype=float)
+    return {"mean": float(array.mean()), "std": float(array.std()), "min": float(array.min()),
+            "max": float(array.max())}
+
+
+def leave_one_host_out(data: Dataset, seeds: list[int], columns: np.ndarray, strict: bool) -> dict[str, Any]:
+    """Per host: its workloads' mean metrics (all, and GEMMs alone) for each seed, then the spread."""
+    rows: dict[str, Any] = {}
+    for host in sorted(set(data.hosts)):
+        test = data.where(lambda _, h: h == host)
+        held = set(test.workloads) if strict else set()
+        train = data.where(lambda w, h: h != host and w not in held)
+        runs = []
+        for seed in seeds:
+            metrics = per_group(fit(train, seed, columns), test, columns)
+            gemms = [m for m, w in zip(metrics, test.workloads) if is_gemm(w)]
+            runs.append({**{k: np.mean([m[k] for m in metrics]) for k in METRICS},
+                         **{f"gemm_{k}": np.mean([m[k] for m in gemms]) for k in METRICS}})
+        rows[host] = {"workloads": len(test.workloads), "train_workloads": len(set(train.workloads)),
+                      "train_rows": int(train.groups.sum()),
+                      **{k: spread(r[k] for r in runs) for k in runs[0]}}
+    return rows
+
+
+def leave_one_network_out(random: Dataset, networks: Dataset, seeds: list[int], columns: np.ndarray) -> dict[str, Any]:
+    """Per network: task-weighted top-1 and top-5 (and mean pairwise accuracy) for each seed."""
+    from cost_model.dataset import join
+    from workloads.suites import load_suite
+
+    rows: dict[str, Any] = {}
+    for network in NETWORKS:
+        weights = {e.workload.key: e.weight for e in load_suite(network)}
+        test = networks.where(lambda w, _: w in weights)
+        train = join(random.where(lambda w, _: w not in weights), networks.where(lambda w, _: w not in weights))
+        w = np.array([weights[k] for k in test.workloads], dtype=float)
+        runs = []
+        for seed in seeds:
+            metrics = per_group(fit(train, seed, columns), test, columns)
+            runs.append({"top1": float(np.dot(w, [m["top1"] for m in metrics]) / w.sum()),
+                         "top5": float(np.dot(w, [m["top5"] for m in metrics]) / w.sum()),
+                         "pairwise_accuracy": float(np.mean([m["pairwise_accuracy"] for m in metrics]))})
+        rows[network] = {"tasks": len(test.workloads), "records": int(test.groups.sum()),
+                         **{k: spread(r[k] for r in runs) for k in METRICS}}
+    return rows
+
+
+def cell(stats: dict[str, float]) -> str:
+    return f"{stats['mean']:.3f} ± {stats['std']:.3f}"
+
+
+def host_table(rows: dict[str, Any]) -> list[str]:
+    lines = ["| held-out host | workloads | pairwise | top-1 | top-5 | GEMM pairwise | GEMM top-5 |",
+             "|---|---|---|---|---|---|---|"]
+    for host, r in rows.items():
+        lines.append(f"| {host} | {r['workloads']} | {cell(r['pairwise_accuracy'])} | {cell(r['top1'])} | "
+                     f"{cell(r['top5'])} | {cell(r['gemm_pairwise_accuracy'])} | {cell(r['gemm_top5'])} |")
+    return lines
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Cost model on unseen hosts and networks ({report['date']})", "",
+             f"Command: `{report['command']}`; the shipped recipe (LightGBM LambdaRank, `PRETRAINED_PARAMS`), "
+             f"seeds {report['seeds']}: mean ± standard deviation over seeds. Data: "
+             + ", ".join(f"{h} {n} groups" for h, n in report["groups_per_host"].items())
+             + f"; features in {report['feature_s']:.0f} s, all fits in {report['fit_s']:.0f} s.", ""]
+    for name, title in (("loho", "Leave-one-host-out (the host's workloads may be trained on, measured on the "
+                                 "other hosts)"),
+                        ("loho_strict", "Leave-one-host-out, strict (the host's workloads trained on nowhere)"),
+                        ("loho_strict_without_host_terms", "Strict, without the host-aware draft terms "
+                                                           f"({', '.join(HOST_AWARE)})")):
+        lines += [f"## {title}", ""] + host_table(report[name]) + [""]
+    lines += ["## Leave-one-network-out (TenSet's definition; records of the networks' tuning runs on znver4)", "",
+              "| held-out network | tasks | records | top-1 (task-weighted) | top-5 (task-weighted) | pairwise |",
+              "|---|---|---|---|---|---|"]
+    for network, r in report["lono"].items():
+        lines.append(f"| {network} | {r['tasks']} | {r['records']} | {cell(r['top1'])} | {cell(r['top5'])} | "
+                     f"{cell(r['pairwise_accuracy'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=5, help="training seeds 0..N-1")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    from cost_model import FEATURE_NAMES, records_to_dataset
+    from search.records import load_records
+
+    started = time.monotonic()
+    random = records_to_dataset(itertools.chain.from_iterable(load_records(p) for p in host_files()))
+    networks = records_to_dataset(load_records(NETWORK_RECORDS))
+    feature_s = time.monotonic() - started
+    every = np.arange(len(FEATURE_NAMES))
+    without = np.array([i for i, n in enumerate(FEATURE_NAMES) if n not in HOST_AWARE])
+    seeds = list(range(args.seeds))
+    started = time.monotonic()
+    report: dict[str, Any] = {
+        "date": today(), "command": command(), "versions": versions(), "seeds": seeds,
+        "groups_per_host": {h: random.hosts.count(h) for h in sorted(set(random.hosts))},
+        "loho": leave_one_host_out(random, seeds, every, strict=False),
+        "loho_strict": leave_one_host_out(random, seeds, every, strict=True),
+        "loho_strict_without_host_terms": leave_one_host_out(random, seeds, without, strict=True),
+        "lono": leave_one_network_out(random, networks, seeds, every),
+    }
+    report.update(feature_s=feature_s, fit_s=time.monotonic() - started)
+    text = markdown(report)
+    print(text)
+    write_report(args.out / f"cost_model_transfer-{report['date']}", report, text)
+
+
+if __name__ == "__main__":
+    main()
