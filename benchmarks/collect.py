@@ -1,11 +1,16 @@
 """Measure random candidates of suite layers on this CPU into a record file (resumable).
 
 The records train and test the shipped cost model and serve the replay benchmarks:
-    python -m benchmarks.collect --per-workload 250 --records cost_model/data/cpu_random.jsonl
-    python -m benchmarks.collect --set dense --per-workload 1000 --records cost_model/data/cpu_dense.jsonl
-    python -m benchmarks.collect --set transfer --per-workload 300 --seed 1 --records cost_model/data/cpu_transfer.jsonl
-    python -m benchmarks.collect --set other-host --per-workload 300 --seed 2 --records cost_model/data/cpu_other_host.jsonl
-Interrupt it at any time; run it again to continue where it stopped.
+    python -m benchmarks.collect --per-workload 250 --records cpu_random.jsonl                       # znver3
+    python -m benchmarks.collect --set dense --per-workload 1000 --passes 2 --records cpu_dense.jsonl    # znver5
+    python -m benchmarks.collect --set transfer --per-workload 300 --seed 1 --records cpu_transfer.jsonl # znver5
+    python -m benchmarks.collect --set other-host --per-workload 300 --seed 2 --records cpu_other_host.jsonl  # znver3
+    python -m benchmarks.collect --set dense --per-workload 300 --seed 3 --passes 2 --records cpu_znver4.jsonl
+    python -m benchmarks.collect --set other-host --per-workload 150 --seed 4 --records cpu_znver4.jsonl
+Interrupt it at any time; run it again to continue where it stopped. Each record carries the facts of
+the host that measured it (records before schema 2 name only its CPU). The committed sets are these
+files gzipped (`gzip -9 -n`) under `cost_model/data/`: every `cpu_*` file there trains the shipped
+model, so a new CPU's set joins it by being committed there.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ WORKLOAD_SETS = {"random": DATASET_WORKLOADS, "dense": DENSE_WORKLOADS, "transfe
 def parse_args() -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", default="cost_model/data/cpu_random.jsonl")
+    parser.add_argument("--records", default="cpu_records.jsonl", help="the record file to add to (plain .jsonl)")
     parser.add_argument("--per-workload", type=int, default=250)
     parser.add_argument("--workloads", nargs="*", help="workload keys (default: those of --set)")
     parser.add_argument("--set", choices=WORKLOAD_SETS, default="random",

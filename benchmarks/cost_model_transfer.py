@@ -1,12 +1,13 @@
 """How the cost model ranks on a machine or a network it never saw, over training seeds.
 
-    python -m benchmarks.cost_model_transfer [--seeds 5]
+    python -m benchmarks.cost_model_transfer [--seeds 5] [--per-store-seeds 3]
 
 Leave-one-host-out: for each CPU in the random-config datasets (`cost_model/data/cpu_*`, each record
 carrying the host that measured it), a model trained on the other CPUs' records ranks this CPU's
 workloads; "strict" also keeps this CPU's workloads out of training (a new workload on a new CPU),
 and the GEMM columns are the matmul and batch-matmul workloads alone. The same is run without the
-host-aware draft terms (FMA pipes, cache sizes) to show what they are worth.
+host-aware terms (FMA pipes, cache sizes) and without the knob features, to show what they are worth,
+and, over fewer seeds, with `PerStoreFeature` added (lowering every candidate: twenty times the cost).
 Leave-one-network-out, as TenSet defines it: for each network of the model suites, a model trained
 on everything except that network's tasks (random configs of every CPU, and the tuning records of
 the other networks) ranks the held-out network's tuning records (`networks-znver4.jsonl.gz`); top-k
@@ -17,7 +18,6 @@ weighted by their occurrences. Every figure is the mean over training seeds, wit
 from __future__ import annotations
 
 import argparse
-import itertools
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,16 +30,11 @@ from benchmarks.common import REPO, RESULTS, command, today, versions, write_rep
 if TYPE_CHECKING:
     from cost_model import Dataset
 
-DATA = REPO / "cost_model" / "data"
-NETWORK_RECORDS = DATA / "networks-znver4.jsonl.gz"
+NETWORK_RECORDS = REPO / "cost_model" / "data" / "networks-znver4.jsonl.gz"
 NETWORKS = ("resnet50", "mobilenet_v2", "bert_base", "llm_7b")
-HOST_AWARE = ("fma_pipes", "l3_fit", "log_l1_bytes", "log_l2_bytes")
+HOST_AWARE = ("fma_pipes", "l3_fit", "log_l1_bytes", "log_l2_bytes", "l1_read_ratio", "l2_read_ratio",
+              "l3_read_ratio", "accumulator_l1_ratio", "accumulator_registers")
 METRICS = ("pairwise_accuracy", "top1", "top5")
-
-
-def host_files() -> list[Path]:
-    """The random-config datasets, one or more per CPU."""
-    return sorted(p for p in DATA.glob("cpu_*.jsonl*") if not p.name.endswith(".lock"))
 
 
 def is_gemm(workload: str) -> bool:
@@ -91,10 +86,14 @@ def leave_one_host_out(data: Dataset, seeds: list[int], columns: np.ndarray, str
 
 
 def leave_one_network_out(random: Dataset, networks: Dataset, seeds: list[int], columns: np.ndarray) -> dict[str, Any]:
-    """Per network: task-weighted top-1 and top-5 (and mean pairwise accuracy) for each seed."""
+    """Per network: task-weighted top-1 and top-5 (and mean pairwise accuracy) for each seed. A
+    task's tuning records and its random configs are separate query groups."""
+    import dataclasses
+
     from cost_model.dataset import join
     from workloads.suites import load_suite
 
+    networks = dataclasses.replace(networks, hosts=[f"{h}, tuning" for h in networks.hosts])
     rows: dict[str, Any] = {}
     for network in NETWORKS:
         weights = {e.workload.key: e.weight for e in load_suite(network)}
@@ -125,52 +124,81 @@ def host_table(rows: dict[str, Any]) -> list[str]:
     return lines
 
 
+def network_table(rows: dict[str, Any]) -> list[str]:
+    lines = ["| held-out network | tasks | records | top-1 (task-weighted) | top-5 (task-weighted) | pairwise |",
+             "|---|---|---|---|---|---|"]
+    for network, r in rows.items():
+        lines.append(f"| {network} | {r['tasks']} | {r['records']} | {cell(r['top1'])} | {cell(r['top5'])} | "
+                     f"{cell(r['pairwise_accuracy'])} |")
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Cost model on unseen hosts and networks ({report['date']})", "",
              f"Command: `{report['command']}`; the shipped recipe (LightGBM LambdaRank, `PRETRAINED_PARAMS`), "
              f"seeds {report['seeds']}: mean ± standard deviation over seeds. Data: "
-             + ", ".join(f"{h} {n} groups" for h, n in report["groups_per_host"].items())
+             + ", ".join(f"{h} {n} (workload, host) groups" for h, n in report["groups_per_host"].items())
              + f"; features in {report['feature_s']:.0f} s, all fits in {report['fit_s']:.0f} s.", ""]
-    for name, title in (("loho", "Leave-one-host-out (the host's workloads may be trained on, measured on the "
-                                 "other hosts)"),
-                        ("loho_strict", "Leave-one-host-out, strict (the host's workloads trained on nowhere)"),
-                        ("loho_strict_without_host_terms", "Strict, without the host-aware draft terms "
-                                                           f"({', '.join(HOST_AWARE)})")):
+    sections = [("loho", "Leave-one-host-out (the host's workloads may be trained on, as measured on the other "
+                         "hosts)"),
+                ("loho_strict", "Leave-one-host-out, strict (the host's workloads trained on nowhere)"),
+                ("loho_strict_without_host_terms", f"Strict, without the host-aware terms ({', '.join(HOST_AWARE)})"),
+                ("loho_strict_without_knob_features", "Strict, without the knob features (draft terms alone)")]
+    if "loho_strict_with_per_store" in report:
+        sections.append(("loho_strict_with_per_store", f"Strict, with PerStoreFeature added (seeds "
+                                                       f"{report['per_store_seeds']}; its features took "
+                                                       f"{report['per_store_feature_s']:.0f} s)"))
+    for name, title in sections:
         lines += [f"## {title}", ""] + host_table(report[name]) + [""]
-    lines += ["## Leave-one-network-out (TenSet's definition; records of the networks' tuning runs on znver4)", "",
-              "| held-out network | tasks | records | top-1 (task-weighted) | top-5 (task-weighted) | pairwise |",
-              "|---|---|---|---|---|---|"]
-    for network, r in report["lono"].items():
-        lines.append(f"| {network} | {r['tasks']} | {r['records']} | {cell(r['top1'])} | {cell(r['top5'])} | "
-                     f"{cell(r['pairwise_accuracy'])} |")
-    return "\n".join(lines) + "\n"
+    lines += ["## Leave-one-network-out (TenSet's definition; the networks' tuning records, measured on znver4)", ""]
+    lines += network_table(report["lono"]) + [""]
+    if "lono_with_per_store" in report:
+        lines += [f"With PerStoreFeature added (seeds {report['per_store_seeds']}):", ""]
+        lines += network_table(report["lono_with_per_store"]) + [""]
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=5, help="training seeds 0..N-1")
+    parser.add_argument("--per-store-seeds", type=int, default=3,
+                        help="seeds of the runs with PerStoreFeature added (0: skip them, and their features)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    from cost_model import FEATURE_NAMES, records_to_dataset
-    from search.records import load_records
+    from cost_model import FEATURE_NAMES
+    from cost_model.dataset import read_dataset
+    from cost_model.features import BASE_COLUMNS
+    from cost_model.knob_features import KNOB_NAMES
+    from cost_model.pretrained import training_files
 
     started = time.monotonic()
-    random = records_to_dataset(itertools.chain.from_iterable(load_records(p) for p in host_files()))
-    networks = records_to_dataset(load_records(NETWORK_RECORDS))
+    random, networks = read_dataset(training_files()), read_dataset([NETWORK_RECORDS])
     feature_s = time.monotonic() - started
     every = np.arange(len(FEATURE_NAMES))
-    without = np.array([i for i, n in enumerate(FEATURE_NAMES) if n not in HOST_AWARE])
+    shipped = every[BASE_COLUMNS.stop:]  # the CPU features: no PerStoreFeature
+    without_host = np.array([i for i in shipped if FEATURE_NAMES[i] not in HOST_AWARE])
+    without_knobs = np.array([i for i in shipped if FEATURE_NAMES[i] not in KNOB_NAMES])
     seeds = list(range(args.seeds))
     started = time.monotonic()
     report: dict[str, Any] = {
         "date": today(), "command": command(), "versions": versions(), "seeds": seeds,
         "groups_per_host": {h: random.hosts.count(h) for h in sorted(set(random.hosts))},
-        "loho": leave_one_host_out(random, seeds, every, strict=False),
-        "loho_strict": leave_one_host_out(random, seeds, every, strict=True),
-        "loho_strict_without_host_terms": leave_one_host_out(random, seeds, without, strict=True),
-        "lono": leave_one_network_out(random, networks, seeds, every),
+        "loho": leave_one_host_out(random, seeds, shipped, strict=False),
+        "loho_strict": leave_one_host_out(random, seeds, shipped, strict=True),
+        "loho_strict_without_host_terms": leave_one_host_out(random, seeds, without_host, strict=True),
+        "loho_strict_without_knob_features": leave_one_host_out(random, seeds, without_knobs, strict=True),
+        "lono": leave_one_network_out(random, networks, seeds, shipped),
     }
+    if args.per_store_seeds:
+        started_features = time.monotonic()
+        random, networks = (read_dataset(training_files(), per_store=True),
+                            read_dataset([NETWORK_RECORDS], per_store=True))
+        report["per_store_feature_s"] = time.monotonic() - started_features
+        few = list(range(args.per_store_seeds))
+        report["per_store_seeds"] = few
+        report["loho_strict_with_per_store"] = leave_one_host_out(random, few, every, strict=True)
+        report["lono_with_per_store"] = leave_one_network_out(random, networks, few, every)
     report.update(feature_s=feature_s, fit_s=time.monotonic() - started)
     text = markdown(report)
     print(text)

@@ -1,6 +1,6 @@
 """How reproducible are a record file's labels? Re-measure some of its configs now and compare.
 
-    python -m benchmarks.label_retest --records cost_model/data/cpu_dense.jsonl --per-workload 150
+    python -m benchmarks.label_retest --records cost_model/data/cpu_dense.jsonl.gz --per-workload 150
 For each workload, re-times a random subset of its successful configs (each at its fastest
 recorded timing) with the collection
 script's settings and reports how well the recorded throughputs rank the fresh ones (pairwise
@@ -25,18 +25,18 @@ import numpy as np
 from benchmarks.common import REPO, RESULTS, today, write_report
 
 if TYPE_CHECKING:
-    from search.records import RecordStore
+    from search.records import Record
     from tuner import Measurer
 
 
-def retest(store: RecordStore, key: str, count: int, seed: int, measurer: Measurer) -> dict:
+def retest(store: list[Record], key: str, count: int, seed: int, measurer: Measurer) -> dict:
     """Recorded against fresh throughputs of `count` random successful configs of `key`."""
     from cost_model.metrics import group_metrics, repeat_agreement
     from search import Config, TargetInfo
     from search.records import fastest_per_config, is_ok, median_cost
     from workloads import from_key
 
-    records = [r for r in fastest_per_config(store.select(key)) if is_ok(r) and len(r["costs"]) >= 2]
+    records = [r for r in fastest_per_config(r for r in store if r["workload"] == key) if is_ok(r) and len(r["costs"]) >= 2]
     if not records:
         raise SystemExit(f"{key}: no successful records with two timing repeats in the file")
     records = [r for r in records if r["target"] == records[0]["target"]]  # one target's timings compare
@@ -72,7 +72,7 @@ def table(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Re-measures each workload's sample now; prints and writes the agreement table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", default=str(REPO / "cost_model" / "data" / "cpu_dense.jsonl"))
+    parser.add_argument("--records", default=str(REPO / "cost_model" / "data" / "cpu_dense.jsonl.gz"))
     parser.add_argument("--per-workload", type=int, default=150)
     parser.add_argument("--workloads", nargs="*", help="workload keys (default: every workload of the file)")
     parser.add_argument("--seed", type=int, default=0)
@@ -80,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from search import resolve_target
-    from search.records import RecordStore
+    from search.records import load_records
     from tuner import Harness
 
-    store = RecordStore(args.records)
+    store = load_records(args.records)
     keys = args.workloads or list(dict.fromkeys(r["workload"] for r in store))
     report = {}
     # the collection script's timing settings, so that only the session differs

@@ -1,10 +1,10 @@
 """Which design choices earn their place? Replayed tuning runs over a dense dataset, many seeds.
 
-    python -m benchmarks.search_efficiency --records cost_model/data/cpu_dense.jsonl --seeds 20
+    python -m benchmarks.search_efficiency --records cost_model/data/cpu_dense.jsonl.gz --seeds 20
 
 For each workload of the record file, every variant (random search; annealing and evolutionary
-with the LightGBM ranker; the evolutionary default without the draft pre-filter and without a
-pretrained model) tunes over the recorded configs only, answered from the records. Reported per
+with the LightGBM ranker; the evolutionary default without the draft pre-filter, without a
+pretrained model, and with the pretrained model never retrained) tunes over the recorded configs only, answered from the records. Reported per
 workload and variant over the seeds: trials needed to reach 95% of the dataset's best throughput
 (median and interquartile range) and the best found at 32, 64 and 128 trials (median fraction of
 the dataset's best). "Pretrained" means the shipped model's recipe trained on the *other* workloads
@@ -47,6 +47,7 @@ class Variant:
     strategy: str
     draft: bool = True
     pretrained: bool = True
+    online: bool = True  # retrained after every batch (else the pretrained model ranks alone)
 
 
 VARIANTS = (
@@ -55,8 +56,27 @@ VARIANTS = (
     Variant("evolutionary + lightgbm (default)", "evolutionary"),
     Variant("evolutionary, no draft pre-filter", "evolutionary", draft=False),
     Variant("evolutionary, no pretrained model", "evolutionary", pretrained=False),
+    Variant("evolutionary, pretrained model never retrained", "evolutionary", online=False),
 )
 DEFAULT = VARIANTS[2].name
+
+
+class Frozen:
+    """A fitted ranker that ignores new data: what the pretrained model does without online retraining."""
+
+    def __init__(self, model: LightGBMRanker) -> None:
+        self.model = model
+
+    def fit(self, features: np.ndarray, throughputs: np.ndarray, groups: np.ndarray) -> "Frozen":
+        return self
+
+    update = fit
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return self.model.predict(features)
+
+    def save(self, path: str) -> None:
+        self.model.save(path)
 
 
 class CachedFeatures:
@@ -77,7 +97,8 @@ def replay(key: str, variant: Variant, seed: int, measurer: ReplayMeasurer, feat
     from tuner import run
     from tuner.replay import replay_session
 
-    model = LightGBMRanker(seed=seed, init_model=base_model if variant.pretrained else None)
+    model = (LightGBMRanker(seed=seed, init_model=base_model if variant.pretrained else None) if variant.online
+             else Frozen(base_model))
     session = replay_session(measurer, key, strategy=variant.strategy, model=model, seed=seed, draft=variant.draft,
                              candidates=list(features.rows), extractor=features)
     run([session], measurer, max_trials, batch_size=batch_size,
@@ -111,22 +132,23 @@ def random_median(configs: int, goal_configs: int) -> int:
 
 
 def evaluate_workload(key: str, records_path: str, train_only: Dataset, seeds: int, max_trials: int,
-                      batch_size: int) -> dict:
+                      batch_size: int, unseen_host: bool = False) -> dict:
     """Every variant over `seeds` replayed runs of one workload (a process of its own);
-    `train_only`: a Dataset the pretrained model also learns from."""
+    `train_only`: a Dataset the pretrained model also learns from (with `unseen_host`, the only one:
+    the file's host is then new to it)."""
     from cost_model import records_to_dataset
     from cost_model.dataset import extractor_for, join, record_target
     from cost_model.pretrained import fit_pretrained
     from search import Config
-    from search.records import RecordStore, fastest_per_config, is_ok, median_cost
+    from search.records import fastest_per_config, is_ok, load_records, median_cost
     from tuner import ReplayMeasurer
     from workloads import from_key
 
-    store = RecordStore(records_path)
-    measurer = ReplayMeasurer(store)
-    others = records_to_dataset(r for r in store if r["workload"] != key)
-    base_model = fit_pretrained(join(others, train_only))  # never saw `key`
-    records = store.select(key)
+    recorded = load_records(records_path)
+    measurer = ReplayMeasurer(records_path)
+    others = join() if unseen_host else records_to_dataset(r for r in recorded if r["workload"] != key)
+    base_model = fit_pretrained(join(others, train_only))  # never saw `key` on this host
+    records = [r for r in recorded if r["workload"] == key]
     best = min(median_cost(r) for r in records if is_ok(r))
     extractor = extractor_for(key, record_target(records[0]))
     latency = {Config.from_json(r["config"]): median_cost(r) for r in fastest_per_config(records)}  # as in replay
@@ -148,8 +170,9 @@ def markdown(report: dict) -> str:
     """The report as Markdown: per workload a table of the variants, then the summary against random search."""
     lines = [f"# Search efficiency on replayed records ({report['date']})", "",
              f"Command: `{report['command']}`", "",
-             f"Records: {report['records']} (each config at its fastest timing); pretrained model also trained on: "
-             f"{', '.join(report.get('train_only', [])) or 'nothing else'}; {report['seeds']} seeds; "
+             f"Records: {report['records']} (each config at its fastest timing); pretrained model "
+             + ("trained on other CPUs' records alone: " if report.get("unseen_host") else "also trained on: ")
+             + f"{', '.join(report.get('train_only', [])) or 'nothing else'}; {report['seeds']} seeds; "
              f"batch {report['batch_size']}; goal: "
              f"{GOAL:.0%} of the dataset's best throughput. *trials*: median [q25, q75] trials to the goal "
              "(a run that never reached it counts as the dataset's size); *@k*: median fraction of the best "
@@ -203,31 +226,35 @@ def plot(report: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Replays every variant on each workload, a process per workload; writes the report."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", default=str(REPO / "cost_model" / "data" / "cpu_dense.jsonl"))
-    parser.add_argument("--train-only", nargs="*", default=[str(REPO / "cost_model" / "data" / "cpu_transfer.jsonl")],
+    parser.add_argument("--records", default=str(REPO / "cost_model" / "data" / "cpu_dense.jsonl.gz"))
+    parser.add_argument("--train-only", nargs="*", default=[str(REPO / "cost_model" / "data" / "cpu_transfer.jsonl.gz")],
                         help="record files whose workloads only train the pretrained model (none: --train-only alone)")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--max-trials", type=int, default=512, help="a run stops here if it never reaches the goal")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="configs per round (the tuner's default)")
     parser.add_argument("--workloads", nargs="*", help="workload keys (default: every workload of the file)")
+    parser.add_argument("--unseen-host", action="store_true",
+                        help="the pretrained model learns from --train-only alone: records of other CPUs than "
+                             "the one --records was measured on, which it then meets for the first time")
     parser.add_argument("--jobs", type=int, default=CORES, help="workloads in parallel")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
     from cost_model.dataset import files_to_dataset
-    from search.records import RecordStore
+    from search.records import load_records
 
-    keys = args.workloads or sorted(RecordStore(args.records).workloads())
+    keys = args.workloads or sorted({r["workload"] for r in load_records(args.records)})
     train_only = files_to_dataset(args.train_only)
     report = {"date": today(), "command": command(),
               "records": os.path.relpath(args.records, REPO),
               "train_only": [os.path.relpath(path, REPO) for path in args.train_only], "seeds": args.seeds,
+              "unseen_host": args.unseen_host,
               "batch_size": args.batch_size, "workloads": {}}
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
         futures = {key: pool.submit(evaluate_workload, key, args.records, train_only, args.seeds, args.max_trials,
-                                    args.batch_size) for key in keys}
+                                    args.batch_size, args.unseen_host) for key in keys}
         report["workloads"] = {key: future.result() for key, future in futures.items()}
-    out = args.out / f"search_efficiency-{report['date']}"
+    out = args.out / f"search_efficiency-{report['date']}{'-unseen-host' if args.unseen_host else ''}"
     write_report(out, report, markdown(report))
     plot(report, out.with_suffix(".png"))
     print(markdown(report))

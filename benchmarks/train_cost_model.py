@@ -1,6 +1,9 @@
 """Train and evaluate the rankers on measured records; ship the LightGBM model.
 
-    python -m benchmarks.train_cost_model --records cost_model/data/cpu_dense.jsonl --ship
+    python -m benchmarks.train_cost_model --records cost_model/data/cpu_dense.jsonl.gz
+    python -m benchmarks.train_cost_model --ship
+With --ship it only trains the shipped model on every CPU's records (`cost_model.pretrained.training_files`)
+and writes it; `benchmarks.cost_model_transfer` says how that recipe ranks on a CPU or a network it never saw.
 Evaluation is leave-one-workload-out: each workload of --records is ranked by a model that never
 saw it, trained on the other workloads of --records and on every workload of --train-only.
 It reports LightGBM as shipped (`PRETRAINED_PARAMS`) with all features, with PerStoreFeature's
@@ -29,7 +32,7 @@ from benchmarks.common import RESULTS, today, write_report
 
 if TYPE_CHECKING:
     from cost_model import Dataset, LightGBMRanker
-    from search.records import RecordStore
+    from search.records import Record
 
 
 def evaluate(dataset: Dataset, make_model: Callable[[], Any], columns: np.ndarray, train_only: Dataset) -> dict:
@@ -66,12 +69,13 @@ def same_workload(dataset: Dataset, make_model: Callable[[], Any], train_fractio
 def parse_args() -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", default="cost_model/data/cpu_dense.jsonl")
-    parser.add_argument("--train-only", nargs="*", default=["cost_model/data/cpu_transfer.jsonl"],
+    parser.add_argument("--records", default="cost_model/data/cpu_dense.jsonl.gz")
+    parser.add_argument("--train-only", nargs="*", default=["cost_model/data/cpu_transfer.jsonl.gz"],
                         help="record files whose workloads only ever train (none: --train-only alone)")
-    parser.add_argument("--other-host", nargs="*", default=["cost_model/data/cpu_other_host.jsonl"],
+    parser.add_argument("--other-host", nargs="*", default=["cost_model/data/cpu_other_host.jsonl.gz"],
                         help="record files of another CPU whose workloads only ever test (none: skip)")
-    parser.add_argument("--ship", action="store_true", help="train on all records and write the shipped model")
+    parser.add_argument("--ship", action="store_true",
+                        help="only train the shipped model on every CPU's records (cost_model/data/cpu_*) and write it")
     parser.add_argument("--out", type=Path, default=RESULTS)
     return parser.parse_args()
 
@@ -84,7 +88,7 @@ def shipped() -> Callable[[], LightGBMRanker]:
     return functools.partial(LightGBMRanker, **PRETRAINED_PARAMS)
 
 
-def model_table(store: RecordStore, dataset: Dataset, train_only: Dataset) -> dict[str, dict]:
+def model_table(store: list[Record], dataset: Dataset, train_only: Dataset) -> dict[str, dict]:
     """Each model variant's leave-one-workload-out metrics, then the references that read them."""
     from cost_model import FEATURE_NAMES, LightGBMRanker, TorchRanker
     from cost_model.dataset import join
@@ -115,7 +119,7 @@ def other_host_table(other: Dataset, seen: Dataset, final: LightGBMRanker) -> di
     same once that host's other workloads join its training."""
     from cost_model import FEATURE_NAMES, dataset_metrics
 
-    return {"lightgbm as shipped": dataset_metrics(final, other),
+    return {"lightgbm, the shipped recipe on the records above": dataset_metrics(final, other),
             "lightgbm as shipped, the host's other workloads trained on too": evaluate(
                 other, shipped(), np.arange(len(FEATURE_NAMES)), seen)}
 
@@ -150,17 +154,33 @@ def report_text(table: dict[str, dict], other_table: dict[str, dict], other: Dat
     return "\n".join(lines)
 
 
+def ship() -> None:
+    """Trains the shipped model on every CPU's records and writes it."""
+    from cost_model.dataset import read_dataset
+    from cost_model.pretrained import fit_pretrained, pretrained_path, training_files
+
+    every_host = read_dataset(training_files())
+    path = pretrained_path("llvm")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fit_pretrained(every_host).save(path)
+    print(f"wrote {path}: {len(every_host.throughputs)} records over {len(every_host.workloads)} (workload, host) "
+          f"groups, hosts {', '.join(sorted(set(every_host.hosts)))}")
+
+
 def main() -> None:
-    """Evaluates every model, writes the report and, with --ship, the shipped model."""
+    """Evaluates every model and writes the report; with --ship, only trains and writes the shipped model."""
     args = parse_args()
+    if args.ship:
+        ship()
+        return
 
     from cost_model import records_to_dataset
     from cost_model.dataset import files_to_dataset, join
-    from cost_model.pretrained import fit_pretrained, pretrained_path
-    from search.records import RecordStore
+    from cost_model.pretrained import fit_pretrained
+    from search.records import load_records
 
     started = time.monotonic()
-    store = RecordStore(args.records)
+    store = load_records(args.records)
     dataset = records_to_dataset(store)
     train_only = files_to_dataset(args.train_only)
     extra = (f" (+ {len(train_only.throughputs)} over {len(train_only.workloads)} train-only)"
@@ -170,8 +190,7 @@ def main() -> None:
     table = model_table(store, dataset, train_only)
     seen = join(dataset, train_only)  # all that the shipped model trains on
     other = files_to_dataset(args.other_host)
-    final = fit_pretrained(seen) if other.workloads or args.ship else None
-    other_table = other_host_table(other, seen, final) if other.workloads else {}
+    other_table = other_host_table(other, seen, fit_pretrained(seen)) if other.workloads else {}
     report = report_text(table, other_table, other, args.other_host)
     print(report)
     table.update({f"other host: {name}": m for name, m in other_table.items()})
@@ -180,11 +199,6 @@ def main() -> None:
                  f"{len(dataset.workloads)} workloads{extra})\n\nCommand: `python -m benchmarks.train_cost_model "
                  f"--records {args.records} --train-only {' '.join(args.train_only)} "
                  f"--other-host {' '.join(args.other_host)}`\n\n{report}\n")
-    if args.ship:
-        path = pretrained_path("llvm")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        final.save(path)
-        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

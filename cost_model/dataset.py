@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,8 +21,8 @@ from .features import FEATURE_NAMES, FeatureExtractor
 
 
 @lru_cache(maxsize=128)
-def extractor_for(workload_key: str, target: TargetInfo) -> FeatureExtractor:
-    return FeatureExtractor(template_for(from_key(workload_key), target))
+def extractor_for(workload_key: str, target: TargetInfo, per_store: bool | None = None) -> FeatureExtractor:
+    return FeatureExtractor(template_for(from_key(workload_key), target), per_store=per_store)
 
 
 def host_name(target: TargetInfo) -> str:
@@ -79,9 +81,10 @@ def _record_target(target_key: str, host: str) -> TargetInfo:
     return TargetInfo.from_record(target_key, json.loads(host))
 
 
-def records_to_dataset(records: Iterable[Mapping[str, Any]]) -> Dataset:
+def records_to_dataset(records: Iterable[Mapping[str, Any]], *, per_store: bool | None = None) -> Dataset:
     """Group records by workload and measuring host and extract features of their configs, each
-    for that host; a config timed more than once counts once, with its fastest timing."""
+    for that host; a config timed more than once counts once, with its fastest timing. `per_store`:
+    read `PerStoreFeature` too (default: where the target does, as tuning does)."""
     by_group: dict[tuple[str, TargetInfo], list[Mapping[str, Any]]] = {}
     for record in fastest_per_config(records):
         by_group.setdefault((record["workload"], record_target(record)), []).append(record)
@@ -91,7 +94,7 @@ def records_to_dataset(records: Iterable[Mapping[str, Any]]) -> Dataset:
     names: list[str] = []
     hosts: list[str] = []
     for (workload, target), group in by_group.items():
-        extractor = extractor_for(workload, target)
+        extractor = extractor_for(workload, target, per_store)
         valid: list[tuple[Config, float]] = []
         for record in group:
             config = Config.from_json(record["config"])
@@ -107,6 +110,12 @@ def records_to_dataset(records: Iterable[Mapping[str, Any]]) -> Dataset:
     if not features:
         raise InvalidConfig("no usable records: none of their configs fits the current search space")
     return Dataset(np.concatenate(features), np.concatenate(throughputs), np.array(groups), names, hosts)
+
+
+def read_dataset(paths: Iterable[str | os.PathLike[str]], *, per_store: bool | None = None) -> Dataset:
+    """The records of several files (.jsonl or .jsonl.gz) as one dataset, grouped across files."""
+    return records_to_dataset(itertools.chain.from_iterable(load_records(path) for path in paths),
+                              per_store=per_store)
 
 
 def files_to_dataset(paths: Iterable[str]) -> Dataset:

@@ -2,7 +2,8 @@
 
 `PerStoreFeature` (TVM's C++ extractor) reads the scheduled TIR, so one model serves every
 template and operator. It is blind to the target's facts and to tile footprints against the
-caches; the draft model's terms (`cost_model.draft`) add those.
+caches; the draft model's terms (`cost_model.draft`) and the knob features
+(`cost_model.knob_features`, read off the config without lowering) add those.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from search import Config, Template
 
 from .draft import DRAFT_NAMES, draft_features
+from .knob_features import KNOB_NAMES, knob_features
 
 
 def _per_store_names() -> list[str]:
@@ -40,7 +42,7 @@ def _per_store_names() -> list[str]:
 PER_STORE_NAMES = tuple(_per_store_names())
 FEATURE_NAMES: tuple[str, ...] = (tuple(f"max_{n}" for n in PER_STORE_NAMES)
                                   + tuple(f"sum_{n}" for n in PER_STORE_NAMES)
-                                  + ("log_stores",) + DRAFT_NAMES)
+                                  + ("log_stores",) + DRAFT_NAMES + KNOB_NAMES)
 BASE_COLUMNS = slice(0, 2 * len(PER_STORE_NAMES) + 1)  # the PerStoreFeature part, for ablations
 
 
@@ -57,23 +59,34 @@ def _context(target: Any) -> Any:
     return context
 
 
+def reads_per_store(target: Any) -> bool:
+    """Whether the features of a target's candidates include `PerStoreFeature`: on GPUs only. On
+    CPUs the draft terms and the knob features, read without lowering, ranked candidates of CPUs
+    and workloads held out of training as well as with it, for a twentieth of the time
+    (`benchmarks/results/cost_model_transfer-*.md`); their columns are zero there."""
+    return bool(target.is_cuda)
+
+
 class FeatureExtractor:
     """Features of configs of one template; deterministic, `len(FEATURE_NAMES)` columns always.
 
-    Configs are cut into chunks that a thread per core takes in turn; a thread applies a chunk's
-    schedules and reads their `PerStoreFeature`s itself, with a template replica of its own
-    (`Template.replica`). Both steps are TVM's C++, which releases the GIL.
+    Where the target reads `PerStoreFeature` (`reads_per_store`), configs are cut into chunks
+    that a thread per core takes in turn; a thread applies a chunk's schedules and reads their
+    `PerStoreFeature`s itself, with a template replica of its own (`Template.replica`). Both
+    steps are TVM's C++, which releases the GIL.
     """
 
     CHUNK = 32
 
-    def __init__(self, template: Template, threads: int | None = None) -> None:
-        """`threads`: how many threads apply and read configs; default one per core."""
+    def __init__(self, template: Template, threads: int | None = None, *, per_store: bool | None = None) -> None:
+        """`threads`: how many threads apply and read configs, default one per core; `per_store`:
+        read `PerStoreFeature` (default: where the target does, `reads_per_store`)."""
         from tvm.s_tir import meta_schedule as ms
 
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.template = template
+        self.reads_per_store = reads_per_store(template.target) if per_store is None else per_store
         self.threads = threads or len(os.sched_getaffinity(0))
         self._idle: queue.SimpleQueue[Template] = queue.SimpleQueue()  # templates no thread is using
         self._idle.put(template)
@@ -107,9 +120,14 @@ class FeatureExtractor:
         if not configs:
             return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
         rows = []
-        for config, stores in zip(configs, self.per_store(configs)):
+        if self.reads_per_store:
+            every_stores = self.per_store(configs)
+        else:
+            configs = [self.template.check(c) for c in configs]
+            every_stores = [np.zeros((1, len(PER_STORE_NAMES)))] * len(configs)
+        for config, stores in zip(configs, every_stores):
             stores = stores if len(stores) else np.zeros((1, len(PER_STORE_NAMES)))
-            draft = draft_features(self.template, config)
+            draft, knobs = draft_features(self.template, config), knob_features(self.template, config)
             rows.append(np.concatenate([stores.max(axis=0), stores.sum(axis=0), [np.log2(len(stores))],
-                                        [draft[n] for n in DRAFT_NAMES]]))
+                                        [draft[n] for n in DRAFT_NAMES], [knobs[n] for n in KNOB_NAMES]]))
         return np.asarray(rows, dtype=np.float32)

@@ -9,6 +9,7 @@ from .dataset import Dataset
 from .lightgbm_ranker import LightGBMRanker
 
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+DATA_DIR = Path(__file__).parent / "data"
 
 
 # Chosen among six settings by leave-one-workload-out over the train-only workloads alone (the
@@ -23,6 +24,12 @@ PRETRAINED_PARAMS: dict[str, Any] = {"num_boost_round": 150, "num_leaves": 63, "
 def fit_pretrained(dataset: Dataset) -> LightGBMRanker:
     """The shipped model's recipe, for shipping it and for benchmarks that must train its like."""
     return LightGBMRanker(**PRETRAINED_PARAMS).fit(dataset.features, dataset.throughputs, dataset.groups)
+
+
+def training_files() -> list[Path]:
+    """What the shipped CPU model learns from: every CPU's random-config records
+    (`cost_model/data/cpu_*`), each record naming the host that measured it."""
+    return sorted(p for p in DATA_DIR.glob("cpu_*.jsonl*") if not p.name.endswith(".lock"))
 
 
 def pretrained_path(target_kind: str) -> Path:

@@ -15,17 +15,16 @@ from cost_model import (FEATURE_NAMES, FeatureExtractor, LightGBMRanker, TorchRa
 from cost_model.base import relevance
 from cost_model.dataset import join
 from cost_model.metrics import pass_agreement
-from tuner import RecordStore
-from search.records import MeasureResult, fastest_per_config, is_ok, make_record
+from search.records import MeasureResult, fastest_per_config, is_ok, load_records, make_record
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO / "cost_model" / "data"
-DATA = DATA_DIR / "cpu_random.jsonl"  # 8 workloads x 250: small enough to featurize in every test run
+DATA = DATA_DIR / "cpu_random.jsonl.gz"  # 8 workloads x 250: small enough to featurize in every test run
 
 
 @pytest.fixture(scope="module")
 def dataset():
-    return records_to_dataset(RecordStore(DATA))
+    return records_to_dataset(load_records(DATA))
 
 
 def test_features_are_deterministic_and_of_one_length_for_every_operator():
@@ -64,7 +63,7 @@ def test_features_on_threads_equal_those_on_one_and_bad_configs_are_refused(work
 
 def test_committed_data_has_enough_measurements(dataset):
     assert len(dataset.workloads) >= 8
-    records = fastest_per_config(r for path in sorted(DATA_DIR.glob("*.jsonl")) for r in RecordStore(path))
+    records = fastest_per_config(r for path in sorted(DATA_DIR.glob("cpu_*.jsonl.gz")) for r in load_records(path))
     successful = [r for r in records if is_ok(r)]  # distinct configs: a config timed twice counts once
     assert len(successful) >= 2000 and len({r["workload"] for r in successful}) >= 8
 
@@ -74,13 +73,13 @@ def test_no_workload_held_out_or_compared_on_is_trained_on():
     vs_metaschedule.py compares on workloads that the shipped model (dense and train-only records)
     never saw."""
     def workloads_in(name: str) -> set[str]:
-        return {r["workload"] for r in RecordStore(DATA_DIR / name)}
+        return {r["workload"] for r in load_records(DATA_DIR / name)}
 
     script = ast.parse((REPO / "benchmarks" / "vs_metaschedule.py").read_text())
     compared = next(set(ast.literal_eval(node.value)) for node in script.body
                     if isinstance(node, ast.Assign) and node.targets[0].id == "WORKLOADS")
     dense, other_host, train_only = map(workloads_in,
-                                         ("cpu_dense.jsonl", "cpu_other_host.jsonl", "cpu_transfer.jsonl"))
+                                         ("cpu_dense.jsonl.gz", "cpu_other_host.jsonl.gz", "cpu_transfer.jsonl.gz"))
     assert (len(dense), len(other_host), len(train_only), len(compared)) == (6, 16, 17, 3)
     assert not dense & other_host and not train_only & (dense | other_host)
     assert not compared & (dense | train_only)
@@ -139,7 +138,7 @@ def test_pass_agreement_ranks_one_timing_pass_by_another():
 
 def test_ranking_metrics_reads_records_and_reports_per_workload(dataset):
     model = LightGBMRanker().fit(dataset.features, dataset.throughputs, dataset.groups)
-    metrics = ranking_metrics(model, RecordStore(DATA).records()[:300])
+    metrics = ranking_metrics(model, load_records(DATA)[:300])
     assert set(metrics) >= {"pairwise_accuracy", "spearman", "top1", "top5", "per_workload"}
     assert metrics["pairwise_accuracy"] > 0.6  # seen data: a sanity check of the plumbing
 
@@ -190,3 +189,34 @@ def test_records_of_two_hosts_are_two_groups_each_read_against_its_own_machine()
     np.testing.assert_array_equal(join(zen3_only, zen5_only).features, data.features)
     with pytest.raises(ValueError, match="share a workload on a host"):
         join(data, zen5_only)
+
+
+def test_knob_features_follow_the_loop_nest_without_lowering():
+    """matmul 64^3 on an AVX2 CPU, tiles i 2x2x4x4, j 1x2x2x16, k 8x8, j vectorized: the values
+    worked out by hand from the loop nest S0 S1 R0 S2 R1 S3."""
+    from cost_model.knob_features import knob_features
+
+    zen3 = search.TargetInfo.from_record("llvm -mcpu=znver3 -num-cores=2", None)
+    template = search.template_for(workloads.matmul(64, 64, 64), zen3)
+    config = template.check(search.Config({"tile_i": [2, 2, 4, 4], "tile_j": [1, 2, 2, 16], "tile_k": [8, 8],
+                                           "vector_axis": "j", "pack": 0, "unroll": 0, "write_at": 0}))
+    f = knob_features(template, config)
+    # register tile: one k step over 4x16 outputs reads 4 of A and 16 of B (80 bytes) for 64 FMAs
+    assert f["log_register_read_bytes"] == np.log2(80) and f["register_intensity"] == 64 * 4 / 80
+    # an R0 iteration: A 16x8 and B 8x32 (1,536 bytes) for 16 x 32 x 8 FMAs
+    assert f["log_l1_read_bytes"] == np.log2(1536) and f["l1_read_ratio"] == np.log2(1536 / (32 << 10))
+    assert (f["vector_reads_contiguous"], f["vector_reads_broadcast"], f["vector_reads_strided"]) == (1, 1, 0)
+    assert (f["reduce_reads_contiguous"], f["reduce_reads_strided"]) == (1, 1)  # A walks k, B strides over it
+    assert f["tasks_per_core"] == 1 and f["accumulator_registers"] == 8 and f["vector_is_last_axis"] == 1
+
+
+def test_cpu_features_skip_per_store_unless_asked_and_agree_on_the_rest():
+    from cost_model.features import BASE_COLUMNS, reads_per_store
+
+    template = search.template_for(workloads.conv2d(1, 8, 9, 9, 16, 3, 3, padding=1), "llvm")
+    configs = template.space.sample(np.random.default_rng(2), 12)
+    fast, full = FeatureExtractor(template)(configs), FeatureExtractor(template, per_store=True)(configs)
+    assert not reads_per_store(template.target) and reads_per_store(search.resolve_target("cuda"))
+    assert not fast[:, BASE_COLUMNS].any() and full[:, BASE_COLUMNS].any()
+    rest = np.arange(len(FEATURE_NAMES))[BASE_COLUMNS.stop:]
+    np.testing.assert_array_equal(fast[:, rest], full[:, rest])

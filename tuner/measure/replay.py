@@ -8,12 +8,14 @@ takes each config's recorded time instead (sleeping), which simulates a measurin
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from search import Config, TargetInfo
 from search.config import config_id
-from search.records import ErrorKind, MeasureResult, RecordStore, fastest_per_config
+from search.records import ErrorKind, MeasureResult, RecordStore, fastest_per_config, load_records
 from workloads import Workload
 
 DEFAULT_MEASURE_S = 1.0  # assumed per candidate when a record does not say how long it took
@@ -23,14 +25,15 @@ class ReplayMeasurer:
     """A `Measurer` over recorded results; a config never recorded is a run_error. `paced`: sleep
     each config's recorded build and run time before answering, as the machine that measured it did."""
 
-    def __init__(self, records: str | RecordStore, *, paced: bool = False) -> None:
-        store = records if isinstance(records, RecordStore) else RecordStore(records)
+    def __init__(self, records: str | os.PathLike[str] | RecordStore, *, paced: bool = False) -> None:
+        """`records`: a record file (.jsonl or .jsonl.gz) or store."""
+        store = records if isinstance(records, RecordStore) else load_records(records)
         self._results: dict[tuple[str, str], MeasureResult] = {}
         self._configs: dict[str, list[Config]] = {}
-        self._targets: dict[str, str] = {}
+        self._targets: dict[str, tuple[str, Any]] = {}  # workload -> (target key, host facts)
         for record in fastest_per_config(store):
             key = (record["workload"], config_id(record["config"]))
-            self._targets.setdefault(record["workload"], record["target"])
+            self._targets.setdefault(record["workload"], (record["target"], record.get("host")))
             self._configs.setdefault(record["workload"], []).append(Config.from_json(record["config"]))
             self._results[key] = MeasureResult(record["costs"], record["error"], record["message"],
                                                build_s=record.get("build_s", 0.0), run_s=record.get("run_s", 0.0))
@@ -44,10 +47,10 @@ class ReplayMeasurer:
     def target(self, workload_key: str) -> TargetInfo:
         """The target the workload's records were measured on. A replayed session must use it, not
         the host's: the space depends on the CPU (vector lanes), and a config the host's space
-        rejects could never be proposed."""
+        rejects could never be proposed; features read its caches."""
         if workload_key not in self._targets:
             raise ValueError(f"no records of {workload_key}")
-        return TargetInfo.from_key(self._targets[workload_key])
+        return TargetInfo.from_record(*self._targets[workload_key])
 
     def measure(self, workload: Workload, target: TargetInfo, configs: Sequence[Config],
                 on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
