@@ -61,9 +61,10 @@ def _context(target: Any) -> Any:
 
 def reads_per_store(target: Any) -> bool:
     """Whether the features of a target's candidates include `PerStoreFeature`: on GPUs only. On
-    CPUs the draft terms and the knob features, read without lowering, ranked candidates of CPUs
-    and workloads held out of training as well as with it, for a twentieth of the time
-    (`benchmarks/results/cost_model_transfer-*.md`); their columns are zero there."""
+    CPUs the draft terms and the knob features, read without lowering, ranked the random configs
+    of CPUs and workloads held out of training at the same pairwise accuracy as with it (top-5 and
+    the held-out networks' top-1 went either way), for a twentieth of the time
+    (`benchmarks/results/cost_model_transfer-2026-12-06.md`); its columns are zero there."""
     return bool(target.is_cuda)
 
 
