@@ -1,9 +1,10 @@
-"""Program features: Ansor's per-store features of the lowered program, pooled, plus our own.
+"""Program features: our own, read off the config, and on GPUs Ansor's per-store features too.
 
-`PerStoreFeature` (TVM's C++ extractor) reads the scheduled TIR, so one model serves every
-template and operator. It is blind to the target's facts and to tile footprints against the
-caches; the draft model's terms (`cost_model.draft`) and the knob features
-(`cost_model.knob_features`, read off the config without lowering) add those.
+The draft model's terms (`cost_model.draft`) and the knob features (`cost_model.knob_features`)
+are computed from a config's knobs and the workload's shape, against the measuring host's facts
+(lanes, FMA pipes, caches), without lowering. `PerStoreFeature` (TVM's C++ extractor) reads the
+scheduled and lowered TIR: twenty times the cost on a CPU, where it no longer ranked better, so
+only GPU candidates read it (`reads_per_store`); one column layout serves both.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from search import Config, Template
+from search import Config, TargetInfo, Template
 
 from .draft import DRAFT_NAMES, draft_features
 from .knob_features import KNOB_NAMES, knob_features
@@ -59,13 +60,13 @@ def _context(target: Any) -> Any:
     return context
 
 
-def reads_per_store(target: Any) -> bool:
+def reads_per_store(target: TargetInfo) -> bool:
     """Whether the features of a target's candidates include `PerStoreFeature`: on GPUs only. On
     CPUs the draft terms and the knob features, read without lowering, ranked the random configs
     of CPUs and workloads held out of training at the same pairwise accuracy as with it (top-5 and
     the held-out networks' top-1 went either way), for a twentieth of the time
     (`benchmarks/results/cost_model_transfer-2026-12-06.md`); its columns are zero there."""
-    return bool(target.is_cuda)
+    return target.is_cuda
 
 
 class FeatureExtractor:
