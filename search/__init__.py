@@ -4,8 +4,8 @@ from .config import Config
 from .knobs import ChoiceKnob, Knob, OrderKnob, PlacementKnob, SplitKnob, split_knob
 from .space import InvalidConfig, Space
 from .targets import TargetInfo, resolve_target
-from .template import Template
+from .template import PackedWeight, Template
 from .templates import template_for
 
 __all__ = ["Config", "Knob", "ChoiceKnob", "OrderKnob", "PlacementKnob", "SplitKnob", "split_knob",
-           "Space", "InvalidConfig", "Template", "template_for", "resolve_target", "TargetInfo"]
+           "Space", "InvalidConfig", "Template", "PackedWeight", "template_for", "resolve_target", "TargetInfo"]

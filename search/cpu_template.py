@@ -8,7 +8,7 @@ from typing import Any
 from .config import Config
 from .knobs import ChoiceKnob, Knob, OrderKnob, PlacementKnob, split_knob
 from .space import Space
-from .template import BlockRV, LoopRV, Schedule, Template
+from .template import BlockRV, LoopRV, PackedWeight, Schedule, Template
 
 SPATIAL_LEVELS = 4  # parallel outer, cache tile, register tile outer, register tile inner
 REDUCE_LEVELS = 2
@@ -138,20 +138,37 @@ class CPUTemplate(Template):
         """
         sch.transform_layout(block, ("write", 0), lambda *idx: tuple(idx[d] for d in dim_order))
 
-    def pack(self, sch: Schedule, block: BlockRV, vec: int, width: int) -> None:
-        """Copy the operand into a [d // width, ..., width] layout once per call, in parallel."""
+    def packed_weight(self, config: Config) -> PackedWeight | None:
+        vec, width = self.prefix_key(config)
+        if not width:
+            return None
+        buffer, dim = self.packed_dim(vec)
+        params = [p.name for p in self.prim_func.params]  # named as their buffers
+        return PackedWeight(params.index(buffer), dim, width)
+
+    def packed_dim(self, vec: int) -> tuple[str, int]:
+        """The buffer that packing for vectorized axis `vec` re-lays out, and its dimension indexed by `vec`."""
         operand = self.packed_operand(vec)
         assert operand is not None, f"axis {vec} has no operand to pack"  # pack_rule admits no other config
         access = self.structure.reads[operand]
         dim = access.dim_indexed_by(vec)
         assert dim is not None  # packed_operand chose this operand for having that dimension
+        return access.buffer, dim
+
+    def pack(self, sch: Schedule, block: BlockRV, vec: int, width: int) -> None:
+        """Read the operand in a [d // width, ..., width] layout: copied so once per call, in
+        parallel; or, with prepacked weights, taken so from the caller (the parameter's layout)."""
+        buffer, dim = self.packed_dim(vec)
         names = [region.source.name for region in sch.get(block).reads]
-        packed = sch.cache_read(block, names.index(access.buffer), "global")
 
         def layout(*idx: Any) -> tuple[Any, ...]:
             rest = [i for d, i in enumerate(idx) if d != dim]
             return (idx[dim] // width, *rest, idx[dim] % width)
 
+        if self.prepacked_weights:
+            sch.transform_layout(block, ("read", names.index(buffer)), layout)
+            return
+        packed = sch.cache_read(block, names.index(buffer), "global")
         sch.transform_layout(packed, ("write", 0), layout)
         loops = sch.get_loops(packed)
         sch.parallel(loops[0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Hashable
 
 import numpy as np
@@ -21,9 +22,38 @@ BlockRV = Any  # a handle of a schedule's block
 LoopRV = Any  # a handle of a schedule's loop
 
 
+@dataclass(frozen=True)
+class PackedWeight:
+    """An input that a config reads in a blocked layout: dimension `dim` of extent d becomes an
+    outer dimension d // width (first) and an inner one of `width` (last), so that the vectorized
+    axis is contiguous."""
+
+    input: int  # position among the workload's inputs
+    dim: int
+    width: int
+
+    def packed_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        rest = tuple(d for i, d in enumerate(shape) if i != self.dim)
+        return (shape[self.dim] // self.width, *rest, self.width)
+
+    def pack(self, x: Any) -> Any:
+        """`x` (a torch tensor in the workload's layout) in the packed layout, contiguous."""
+        shape = tuple(x.shape)
+        split = x.reshape(*shape[:self.dim], shape[self.dim] // self.width, self.width, *shape[self.dim + 1:])
+        rest = [d for d in range(len(shape) + 1) if d not in (self.dim, self.dim + 1)]
+        return split.permute(self.dim, *rest, self.dim + 1).contiguous()
+
+
 class Template(ABC):
     """Subclasses define `make_space` and `schedule`, and may split off a shared `schedule_prefix`;
-    apply() is deterministic in the config."""
+    apply() is deterministic in the config.
+
+    A template made by `with_prepacked_weights` schedules for weights that do not change between
+    calls (a model's layers): a config that packs an input (`packed_weight`) then takes that input
+    already packed, instead of packing it on every call.
+    """
+
+    prepacked_weights = False
 
     def __init__(self, workload: Workload, target: TargetInfo) -> None:
         self.workload = workload
@@ -78,7 +108,19 @@ class Template(ABC):
         (its space is the full one), for applying checked configs on another thread: threads
         that share one program's nodes contend on their reference counts (applying on two cores
         ran 1.3-1.5x as fast as on one, and 1.65x with a replica each)."""
-        return type(self)(self.workload, self.target)
+        twin = type(self)(self.workload, self.target)
+        twin.prepacked_weights = self.prepacked_weights
+        return twin
+
+    def with_prepacked_weights(self) -> "Template":
+        """A template whose packing configs take the packed input as it is (see `packed_weight`)."""
+        twin = type(self)(self.workload, self.target)
+        twin.prepacked_weights = True
+        return twin
+
+    def packed_weight(self, config: Config) -> PackedWeight | None:
+        """The input `config` reads in a packed layout, if any. None by default."""
+        return None
 
     def _prefix(self, config: Config) -> Schedule:
         """The shared prefix of `config`'s schedule, built on first use; copying one costs about a

@@ -51,16 +51,33 @@ def run_on_target_cores(target: TargetInfo) -> None:
 
 class Kernel:
     """A compiled program: `kernel(*inputs)` returns the output (numpy in, numpy out; torch in,
-    torch out, shared through DLPack without copies)."""
+    torch out, shared through DLPack without copies).
 
-    def __init__(self, workload: Workload, target: Any, config: Config) -> None:
+    With `prepacked_weights`, a config that packs an input takes it packed already
+    (`packed_weight.pack(x)`, done once for a weight that does not change), not as the workload
+    lays it out.
+    """
+
+    def __init__(self, workload: Workload, target: Any, config: Config, *, prepacked_weights: bool = False) -> None:
         import tvm
 
         self.workload, self.config = workload, config
         self.template = template_for(workload, target)
+        if prepacked_weights:
+            self.template = self.template.with_prepacked_weights()
+        self.packed_weight = self.template.packed_weight(config) if prepacked_weights else None
         self.target: TargetInfo = self.template.target
         run_on_target_cores(self.target)
         self.executable = tvm.compile(self.template.apply(config).mod, target=self.target.tvm)
+
+    @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The shapes the kernel takes: the workload's, a prepacked weight's in its packed layout."""
+        shapes = tuple(tuple(shape) for shape in self.workload.input_shapes)
+        if self.packed_weight is None:
+            return shapes
+        index = self.packed_weight.input
+        return shapes[:index] + (self.packed_weight.packed_shape(shapes[index]),) + shapes[index + 1:]
 
     def _device(self) -> Any:
         import tvm
@@ -70,12 +87,14 @@ class Kernel:
     def __call__(self, *inputs: Any) -> Any:
         import tvm
 
-        expected = self.workload.input_shapes
+        expected = self.input_shapes
         if len(inputs) != len(expected):
             raise ValueError(f"{self.workload.key} takes {len(expected)} inputs, got {len(inputs)}")
         for i, (x, shape) in enumerate(zip(inputs, expected)):
             if tuple(x.shape) != tuple(shape):
-                raise ValueError(f"input {i} has shape {tuple(x.shape)}, expected {tuple(shape)}")
+                packed = self.packed_weight is not None and i == self.packed_weight.input
+                hint = " (packed: kernel.packed_weight.pack(x))" if packed else ""
+                raise ValueError(f"input {i} has shape {tuple(x.shape)}, expected {tuple(shape)}{hint}")
         is_torch = type(inputs[0]).__module__.startswith("torch")
         device = self._device()
         if is_torch:

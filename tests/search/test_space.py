@@ -116,6 +116,35 @@ def test_cpu_configs_compile_and_match_reference(name):
     assert not failures, f"{workload.key}: {len(failures)}/{len(configs)} configs give wrong results:\n" + "\n".join(failures)
 
 
+@pytest.mark.parametrize("name", ["matmul_33x20x17_transpose_b_bias_gelu", "conv2d_nchw_s2_p3",
+                                  "conv2d_nhwc_bias_relu", "batch_matmul_3x7x13x17"])
+def test_prepacked_weights_give_the_same_output_as_packing_on_every_call(name):
+    """A packing config with prepacked weights takes the input in `packed_weight`'s layout (made
+    once outside) and computes what the per-call packing kernel computes."""
+    import torch
+
+    workload = WORKLOADS[name]
+    tpl = template(name, "llvm")
+    configs = [c for c in sample(tpl, 40) if c.get("pack")][:4]
+    assert configs, f"{workload.key}: no packing config sampled"
+    prepacked = tpl.with_prepacked_weights()
+    inputs = workload.random_inputs(1)
+    expected = workload.reference(*inputs)
+    dev = tvm.cpu()
+    for config in configs:
+        packing = prepacked.packed_weight(config)
+        assert packing is not None and packing == tpl.packed_weight(config)
+        given = list(inputs)
+        given[packing.input] = packing.pack(torch.from_numpy(inputs[packing.input])).numpy()
+        assert given[packing.input].shape == packing.packed_shape(inputs[packing.input].shape)
+        ex = tvm.compile(prepacked.apply(config).mod, target=tpl.target.tvm)
+        out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), dev)
+        ex(*[tvm.runtime.tensor(x, dev) for x in given], out)
+        np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance)
+        copy = f"{tpl.prim_func.params[packing.input].name}_global"  # the per-call packed copy
+        assert copy not in prepacked.apply(config).mod.script() and copy in tpl.apply(config).mod.script()
+
+
 # --------------------------------------------------------------------------------------- CUDA
 
 

@@ -112,6 +112,39 @@ def test_each_input_set_gets_its_kernels_and_other_shapes_run_in_torch():
     assert len([w for w in caught if "run in torch" in str(w.message)]) == 1  # once, not once a call
 
 
+def _packing_configs(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> dict:
+    """A config per layer kind that packs an operand wherever the layer's space can."""
+    rng = np.random.default_rng(0)
+    configs = {}
+    for entry in from_torch(model, inputs):
+        sampled = template_for(entry.workload, "llvm").space.sample(rng, 60)
+        configs[entry.workload.key] = next((c for c in sampled if c.get("pack")), sampled[0])
+    return configs
+
+
+def test_constant_weights_are_packed_once_and_activations_on_every_call(tmp_path):
+    model, inputs = _model()
+    fast = optimize(model, inputs, _packing_configs(model, inputs))
+    prepacked = {key.split("(")[0] for key, packed in fast.kernels if packed}
+    per_call = {key.split("(")[0] for key, packed in fast.kernels if not packed}
+    assert prepacked == {"conv2d", "depthwise_conv2d", "matmul"}  # the convs' (BN-folded) and Linears' weights
+    assert "batch_matmul" in per_call  # attention's operands are activations
+    for (key, packed), kernel in fast.kernels.items():
+        if packed:  # the graph holds the weight in the kernel's layout, as a constant
+            layout = template_for(kernel.workload, "llvm").packed_weight(kernel.config)
+            shape = layout.packed_shape(tuple(kernel.workload.input_shapes[layout.input]))
+            assert any(tuple(b.shape) == shape for name, b in fast.graphs[0].named_buffers()
+                       if name.startswith("_autotune_constant")), key
+    with torch.no_grad():
+        other = torch.randn(1, 3, 5, 7)
+        torch.testing.assert_close(fast(other), model(other), rtol=1e-3, atol=1e-4)
+    save_optimized(fast, tmp_path / "saved")
+    loaded = load_optimized(model, inputs, tmp_path / "saved")
+    assert set(loaded.kernels) == set(fast.kernels)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(other), fast(other))
+
+
 def test_layers_without_a_kernel_stay_in_torch_with_a_warning():
     model, inputs = _model()
     configs = _any_configs(model, inputs)
@@ -127,12 +160,12 @@ def test_a_kernel_that_computes_something_else_is_named(monkeypatch):
     model, inputs = _model()
     compile_layer = tuner.torch_kernels._compile
 
-    def wrong(layer, target, best, libraries):
-        kernel = compile_layer(layer, target, best, libraries)
+    def wrong(layer, target, config, prepacked, libraries):
+        kernel = compile_layer(layer, target, config, prepacked, libraries)
         if layer.module != "head":
             return kernel
         relu = dataclasses.replace(layer.workload, epilogue="bias_relu")  # same signature, other result
-        bad = Kernel(relu, target, template_for(relu, target).space.sample(np.random.default_rng(0), 1)[0])
+        bad = Kernel(relu, target, config, prepacked_weights=prepacked)
         return dataclasses.replace(kernel, function=bad.executable.mod["main"])
 
     monkeypatch.setattr(tuner.torch_kernels, "_compile", wrong)
@@ -185,8 +218,8 @@ def test_every_layer_builds_for_cuda(tmp_path):
     configs = {e.workload.key: template_for(e.workload, target).space.sample(np.random.default_rng(0), 1)[0]
                for e in suite}
     for layer in suite.layers:
-        kernel = tuner.torch_kernels._compile(layer, target, lambda w: configs[w.key], {})
-        assert kernel is not None and kernel.output_shape == tuple(layer.workload.output_shapes[0])
+        kernel = tuner.torch_kernels._compile(layer, target, configs[layer.workload.key], False, {})
+        assert kernel.output_shape == tuple(layer.workload.output_shapes[0])
         kernel.write_library(str(tmp_path / "kernel.so"))
         assert b"__global__" in (tmp_path / "kernel.so").read_bytes()
 
