@@ -170,20 +170,21 @@ def model_rows(name: str, variants: list[str], budgets: list[int], target: Any, 
 
 
 def layer_rows(name: str, budget: int, records: Path, target: Any, facts: Any) -> list[dict[str, Any]]:
-    """Each distinct layer of a model at our largest budget: its weight, our best kernel and torch's
-    version timed here, each side's share of the layers' time, and both under the roofline."""
-    from search.records import RecordStore, median_cost
-    from tuner.analysis import torch_layer_latency
+    """Each distinct layer of a model at our largest budget: its weight, our best kernel (as the
+    optimized model runs it) and torch's version timed here, each side's share of the layers'
+    time, and both under the roofline."""
+    import tuner
+    from tuner.analysis import kernel_layer_latency, torch_layer_latency
     from workloads import from_torch
     from workloads.models import zoo_model
 
-    suite = from_torch(*zoo_model(name))
-    store = RecordStore(records)
+    model, inputs = zoo_model(name)
+    suite = from_torch(model, inputs)
     torch_latency = torch_layer_latency(suite)
+    ours_latency = kernel_layer_latency(tuner.optimize(model, inputs, str(records), target))
     rows = []
     for entry in suite:
-        best = store.best(entry.workload.key, target.key)
-        ours = median_cost(best) if best else None
+        ours = ours_latency.get(entry.workload.key)
         torch = torch_latency[entry.workload.key]
         rows.append({"model": name, "trials_per_task": budget, "layer": entry.layer, "workload": entry.workload.key,
                      "weight": entry.weight, "ours_latency_s": ours, "torch_latency_s": torch,
@@ -214,8 +215,9 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", "Not run:", "", *(f"- {failure}" for failure in report["failures"])]
     if report.get("layers"):
         lines += ["", "## Layer by layer, under the roofline", "",
-                  "Each distinct layer at our largest budget: *weight*, occurrences per pass; ours (best record) "
-                  "and torch's version timed here, in ms; *share*: of the captured layers' time on each side; "
+                  "Each distinct layer at our largest budget: *weight*, occurrences per pass; ours (the best "
+                  "record's kernel as the optimized model runs it, constant weights packed once) and torch's "
+                  "version timed here, in ms; *share*: of the captured layers' time on each side; "
                   "*% roof*: GFLOP/s as a share of the attainable (min of the measured peak and intensity x "
                   "bandwidth, `autotune machine`: " + machine_line(report) + ").", "",
                   "| model | layer | weight | ours ms | torch ms | speedup | ours share | torch share | FLOP/B "

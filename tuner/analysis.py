@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
     from cost_model import LightGBMRanker
     from workloads import Suite
+
+    from .torch_kernels import OptimizedModule
 
 
 def trace_frame(records: str | RecordStore, workload: str | None = None) -> pd.DataFrame:
@@ -95,6 +97,21 @@ def model_latency_frame(trace: pd.DataFrame, suite: Suite, fallback: Mapping[str
     return pd.DataFrame(rows, columns=["batch", "trials", "layer", "estimated_s"])
 
 
+def _median_seconds(run: Callable[[], object], min_s: float, repeat: int) -> float:
+    """Median seconds per call of `run` over `repeat` loops of at least `min_s` each, warm."""
+    run(), run()
+    started = time.perf_counter()
+    run()
+    number = max(1, int(min_s / max(time.perf_counter() - started, 1e-7)))
+    means = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for _ in range(number):
+            run()
+        means.append((time.perf_counter() - started) / number)
+    return statistics.median(means)
+
+
 def torch_layer_latency(suite: Suite, min_s: float = 0.05, repeat: int = 5) -> dict[str, float]:
     """torch's median seconds per call of each layer of the suite, timed here on the threads torch
     is set to (`workloads.torch_ops`): what a layer costs when it stays in torch."""
@@ -102,21 +119,30 @@ def torch_layer_latency(suite: Suite, min_s: float = 0.05, repeat: int = 5) -> d
 
     from workloads.torch_ops import torch_fn
 
-    latencies = {}
     with torch.no_grad():
-        for entry in suite:
-            run = torch_fn(entry.workload, entry.workload.random_inputs(0))
-            run(), run()
-            started = time.perf_counter()
-            run()
-            number = max(1, int(min_s / max(time.perf_counter() - started, 1e-7)))
-            means = []
-            for _ in range(repeat):
-                started = time.perf_counter()
-                for _ in range(number):
-                    run()
-                means.append((time.perf_counter() - started) / number)
-            latencies[entry.workload.key] = statistics.median(means)
+        return {entry.workload.key: _median_seconds(torch_fn(entry.workload, entry.workload.random_inputs(0)),
+                                                    min_s, repeat) for entry in suite}
+
+
+def kernel_layer_latency(module: OptimizedModule, min_s: float = 0.05, repeat: int = 5) -> dict[str, float]:
+    """Our median seconds per call of each layer kind of an optimized module, timed as
+    `torch_layer_latency` times torch's: each kernel as the module runs it, its weight packed
+    once where the module packs it (then faster than its record, which timed the packing too)."""
+    import torch
+
+    from .torch_kernels import KERNELS, run_kernel
+
+    latencies: dict[str, float] = {}
+    ids = {id(kernel): kernel_id for kernel_id, kernel in KERNELS.items()}  # this module's kernels' ids
+    for (key, _), kernel in sorted(module.kernels.items(), key=lambda item: not item[0][1]):
+        if key in latencies:  # a layer kind run both ways: the prepacked kernel, as weights are constant
+            continue
+        packing = kernel.packed_weight
+        shapes = [packing.packed_shape(tuple(s)) if packing and i == packing.input else tuple(s)
+                  for i, s in enumerate(kernel.workload.input_shapes)]
+        inputs = [torch.randn(shape, dtype=kernel.dtype) for shape in shapes]
+        kernel_id = ids[id(kernel)]
+        latencies[key] = _median_seconds(lambda: run_kernel(kernel_id, inputs), min_s, repeat)
     return latencies
 
 

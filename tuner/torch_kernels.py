@@ -47,8 +47,12 @@ class CompiledKernel:
     output_shape: tuple[int, ...]
     dtype: torch.dtype
     config: Config
-    prepacked: bool  # takes its weight packed (`Template.packed_weight`), not as the model holds it
+    packed_weight: PackedWeight | None  # the input it takes packed, not as the model holds it
     write_library: Callable[[str], Any]
+
+    @property
+    def prepacked(self) -> bool:
+        return self.packed_weight is not None
 
 
 KERNELS: dict[str, CompiledKernel] = {}  # by kernel id: custom ops take strings and tensors only
@@ -150,7 +154,7 @@ class _Rewriter:
             weight = _constant_or_none(self.gm, inputs[packing.input]) if packing is not None else None
             if packing is not None and weight is not None:
                 inputs[packing.input] = self._buffer(packing.pack(weight))
-            kernel_id = kernels.register(layer, prepacked=weight is not None)
+            kernel_id = kernels.register(layer, packing if weight is not None else None)
             call = self.graph.call_function(torch.ops.autotune.kernel.default, (kernel_id, inputs))
             out = self._reshape(call, tuple(int(d) for d in last.meta["val"].shape))
         last.replace_all_uses_with(out)
@@ -175,21 +179,23 @@ def _best_in(records: str | RecordStore | Mapping[str, Config], target: TargetIn
     return best
 
 
-def _compile(layer: Layer, target: TargetInfo, config: Config, prepacked: bool, libraries: Mapping[Any, str]
-             ) -> CompiledKernel:
-    """The layer's kernel for `config`: loaded from a saved library, else compiled."""
+def _compile(layer: Layer, target: TargetInfo, config: Config, packed_weight: PackedWeight | None,
+             libraries: Mapping[Any, str]) -> CompiledKernel:
+    """The layer's kernel for `config`, taking `packed_weight` packed if given: loaded from a saved
+    library, else compiled."""
     dtype = getattr(torch, layer.workload.dtype)
     shape = tuple(layer.workload.output_shapes[0])
+    prepacked = packed_weight is not None
     saved = libraries.get((layer.workload.key, prepacked))
     name = layer.module or layer.node
     if saved is not None:
         import tvm
 
         return CompiledKernel(name, layer.workload, tvm.runtime.load_module(saved)["main"], shape, dtype, config,
-                              prepacked, lambda path: shutil.copyfile(saved, path))
+                              packed_weight, lambda path: shutil.copyfile(saved, path))
     kernel = Kernel(layer.workload, target, config, prepacked_weights=prepacked)
-    return CompiledKernel(name, layer.workload, kernel.executable.mod["main"], shape, dtype, config, prepacked,
-                          kernel.export)
+    return CompiledKernel(name, layer.workload, kernel.executable.mod["main"], shape, dtype, config,
+                          packed_weight, kernel.export)
 
 
 class _Kernels:
@@ -211,13 +217,13 @@ class _Kernels:
         assert config is not None  # only layers with a config are replaced
         return template_for(workload, self.target).packed_weight(config)
 
-    def register(self, layer: Layer, prepacked: bool) -> str:
+    def register(self, layer: Layer, packed_weight: PackedWeight | None) -> str:
         """A new kernel id for the layer's kernel (compiled on first use), for the custom op."""
-        key = (layer.workload.key, prepacked)
+        key = (layer.workload.key, packed_weight is not None)
         if key not in self.compiled:
             config = self.config(layer.workload)
             assert config is not None  # only layers with a config are replaced
-            self.compiled[key] = _compile(layer, self.target, config, prepacked, self.libraries)
+            self.compiled[key] = _compile(layer, self.target, config, packed_weight, self.libraries)
         kernel_id = f"k{next(_ids)}"
         KERNELS[kernel_id] = self.compiled[key]
         return kernel_id

@@ -13,6 +13,7 @@ from torch import nn
 import tuner.torch_kernels
 from search import resolve_target, template_for
 from tuner import load_optimized, optimize, save_optimized
+from tuner.analysis import kernel_layer_latency
 from tuner.result import Kernel
 from workloads import from_torch, matmul
 
@@ -132,12 +133,15 @@ def test_constant_weights_are_packed_once_and_activations_on_every_call(tmp_path
     for (key, packed), kernel in fast.kernels.items():
         if packed:  # the graph holds the weight in the kernel's layout, as a constant
             layout = template_for(kernel.workload, "llvm").packed_weight(kernel.config)
+            assert layout == kernel.packed_weight
             shape = layout.packed_shape(tuple(kernel.workload.input_shapes[layout.input]))
             assert any(tuple(b.shape) == shape for name, b in fast.graphs[0].named_buffers()
                        if name.startswith("_autotune_constant")), key
     with torch.no_grad():
         other = torch.randn(1, 3, 5, 7)
         torch.testing.assert_close(fast(other), model(other), rtol=1e-3, atol=1e-4)
+    latency = kernel_layer_latency(fast, min_s=0.001, repeat=1)  # each kernel timed as the module runs it
+    assert set(latency) == {key for key, _ in fast.kernels} and all(s > 0 for s in latency.values())
     save_optimized(fast, tmp_path / "saved")
     loaded = load_optimized(model, inputs, tmp_path / "saved")
     assert set(loaded.kernels) == set(fast.kernels)
@@ -160,12 +164,12 @@ def test_a_kernel_that_computes_something_else_is_named(monkeypatch):
     model, inputs = _model()
     compile_layer = tuner.torch_kernels._compile
 
-    def wrong(layer, target, config, prepacked, libraries):
-        kernel = compile_layer(layer, target, config, prepacked, libraries)
+    def wrong(layer, target, config, packed_weight, libraries):
+        kernel = compile_layer(layer, target, config, packed_weight, libraries)
         if layer.module != "head":
             return kernel
         relu = dataclasses.replace(layer.workload, epilogue="bias_relu")  # same signature, other result
-        bad = Kernel(relu, target, config, prepacked_weights=prepacked)
+        bad = Kernel(relu, target, config, prepacked_weights=packed_weight is not None)
         return dataclasses.replace(kernel, function=bad.executable.mod["main"])
 
     monkeypatch.setattr(tuner.torch_kernels, "_compile", wrong)
@@ -218,7 +222,7 @@ def test_every_layer_builds_for_cuda(tmp_path):
     configs = {e.workload.key: template_for(e.workload, target).space.sample(np.random.default_rng(0), 1)[0]
                for e in suite}
     for layer in suite.layers:
-        kernel = tuner.torch_kernels._compile(layer, target, configs[layer.workload.key], False, {})
+        kernel = tuner.torch_kernels._compile(layer, target, configs[layer.workload.key], None, {})
         assert kernel.output_shape == tuple(layer.workload.output_shapes[0])
         kernel.write_library(str(tmp_path / "kernel.so"))
         assert b"__global__" in (tmp_path / "kernel.so").read_bytes()
