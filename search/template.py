@@ -114,7 +114,7 @@ class Template(ABC):
 
     def with_prepacked_weights(self) -> "Template":
         """A template whose packing configs take the packed input as it is (see `packed_weight`)."""
-        twin = type(self)(self.workload, self.target)
+        twin = self.replica()
         twin.prepacked_weights = True
         return twin
 

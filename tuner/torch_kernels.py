@@ -7,8 +7,9 @@ copies, the output allocated by torch). The op has a fake implementation, so the
 still works under `torch.compile` and `torch.export`. Before it is handed back, every replaced
 layer's output is compared with the original model's on the example inputs. A kernel whose config
 packs a constant weight into a blocked layout takes it packed once, here, instead of packing it on
-every call (BERT-base's FFN layers: 3.7 -> 2.7 ms). Kernels are compiled for static shapes: `OptimizedModule` picks the graph made for the inputs' shapes and runs inputs it
-was not made for in the original model.
+every call (BERT-base's FFN layers: 3.7 -> 2.7 ms). Kernels are compiled for static shapes:
+`OptimizedModule` picks the graph made for the inputs' shapes and runs inputs it was not made for
+in the original model.
 """
 
 from __future__ import annotations
@@ -49,10 +50,6 @@ class CompiledKernel:
     config: Config
     packed_weight: PackedWeight | None  # the input it takes packed, not as the model holds it
     write_library: Callable[[str], Any]
-
-    @property
-    def prepacked(self) -> bool:
-        return self.packed_weight is not None
 
 
 KERNELS: dict[str, CompiledKernel] = {}  # by kernel id: custom ops take strings and tensors only
@@ -205,6 +202,7 @@ class _Kernels:
     def __init__(self, best: Best, target: TargetInfo, libraries: Mapping[Any, str]) -> None:
         self.best, self.target, self.libraries = best, target, libraries
         self.configs: dict[Workload, Config | None] = {}
+        self.layouts: dict[Workload, PackedWeight | None] = {}
         self.compiled: dict[tuple[str, bool], CompiledKernel] = {}
 
     def config(self, workload: Workload) -> Config | None:
@@ -212,17 +210,22 @@ class _Kernels:
             self.configs[workload] = self.best(workload)
         return self.configs[workload]
 
-    def packed_weight(self, workload: Workload) -> PackedWeight | None:
+    def _replaced_config(self, workload: Workload) -> Config:
         config = self.config(workload)
         assert config is not None  # only layers with a config are replaced
-        return template_for(workload, self.target).packed_weight(config)
+        return config
+
+    def packed_weight(self, workload: Workload) -> PackedWeight | None:
+        """The input the layer kind's config reads packed, if any (its template made once)."""
+        if workload not in self.layouts:
+            self.layouts[workload] = template_for(workload, self.target).packed_weight(self._replaced_config(workload))
+        return self.layouts[workload]
 
     def register(self, layer: Layer, packed_weight: PackedWeight | None) -> str:
         """A new kernel id for the layer's kernel (compiled on first use), for the custom op."""
         key = (layer.workload.key, packed_weight is not None)
         if key not in self.compiled:
-            config = self.config(layer.workload)
-            assert config is not None  # only layers with a config are replaced
+            config = self._replaced_config(layer.workload)
             self.compiled[key] = _compile(layer, self.target, config, packed_weight, self.libraries)
         kernel_id = f"k{next(_ids)}"
         KERNELS[kernel_id] = self.compiled[key]
