@@ -81,8 +81,9 @@ def _cpu_draft(template: CPUTemplate, config: Config, fmas: int, loads: int) -> 
     parallel = math.prod(_level(template, config, 0))
     vec_axis = s.axis_names.index(config["vector_axis"])
     width = config[template.axis_knob(vec_axis)][-1]
-    vector_eff = width / (math.ceil(width / lanes) * lanes)
-    vector_fmas = fmas / lanes if width > 1 else fmas
+    scalar = width == 1 or template.guarded_vector(config)  # a read through the border test stays scalar
+    vector_eff = 1 / lanes if scalar else width / (math.ceil(width / lanes) * lanes)
+    vector_fmas = fmas if scalar else fmas / lanes
     cycles = max(vector_fmas / pipes, loads / 2, 4.0)  # FMA pipes, two load ports, FMA latency 4
     kernel_eff = (vector_fmas / pipes) / cycles
     l1_tile = sum(r.footprint(_tiles(template, config, 2)) for r in s.reads) * s.dtype_bytes

@@ -30,6 +30,7 @@ KNOB_NAMES: tuple[str, ...] = (
     "log_tasks", "tasks_per_core", "write_at", "log_flops", "log_outputs", "log_reduce_extent",
     "spatial_axes", "reduce_axes", "has_epilogue", "has_padding", "accumulator_registers",
     "log_unrolled_body", "reduce_reads_contiguous", "reduce_reads_strided",
+    "pad_copied_per_task", "pad_copied_per_tile", "log_pad_copy_bytes", "vector_guarded",
 )
 
 
@@ -107,6 +108,14 @@ def knob_features(template: Template, config: Config) -> dict[str, float]:
     features["accumulator_registers"] = math.ceil(parts[vec][-1] / template.lanes) * register_outputs / parts[vec][-1]  # type: ignore[attr-defined]
     body = register_outputs * math.prod(parts[a][-1] for a in reduce)
     features["log_unrolled_body"] = _log(min(config["unroll"], body) if config["unroll"] else 1)
+    pad_at = template.pad_at(config)  # type: ignore[attr-defined]
+    padded = [index for index, access in enumerate(s.reads) if not access.is_input]
+    if pad_at == "inline":
+        features["vector_guarded"] = float(template.guarded_vector(config))  # type: ignore[attr-defined]
+    else:
+        features["pad_copied_per_task" if pad_at == "task" else "pad_copied_per_tile"] = 1.0
+        extents = shapes["task" if pad_at == "task" else "l2"][0]
+        features["log_pad_copy_bytes"] = _log(sum(s.reads[i].footprint(extents) for i in padded) * s.dtype_bytes)
     inner_reduce = reduce[-1] if reduce else None
     for strides in _strides(s):
         if inner_reduce is not None and strides[inner_reduce]:

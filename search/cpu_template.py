@@ -15,6 +15,7 @@ REDUCE_LEVELS = 2
 UNROLL_STEPS = (0, 16, 64, 512)
 VECTOR_REGISTERS = 16  # ymm/zmm registers that hold the accumulator tile
 VECTOR_ROW_REGISTERS = 4  # widest vectorized loop, in registers: LLVM's compile time explodes past it
+PAD_PLACEMENTS = ("inline", "task", "tile")  # padding read in place, or copied per parallel task / cache tile
 
 
 class CPUTemplate(Template):
@@ -22,7 +23,9 @@ class CPUTemplate(Template):
 
     The accumulator tile lives in a local buffer written back once at the chosen level (where
     the epilogue is fused too); one weight-like operand may be packed so that the vectorized
-    axis is contiguous and innermost in memory.
+    axis is contiguous and innermost in memory. A padded input is either read in place (every
+    read guarded by the border test, which keeps LLVM from vectorizing loops along the padded
+    axes) or copied, padded, per parallel task or cache tile (`pad_at`).
     """
 
     def vector_candidates(self) -> list[int]:
@@ -48,6 +51,8 @@ class CPUTemplate(Template):
             knobs.append(ChoiceKnob("pack", (0, 1)))
         knobs.append(ChoiceKnob("unroll", UNROLL_STEPS))
         knobs.append(PlacementKnob("write_at", (0, 1)))
+        if s.pad_block:
+            knobs.append(ChoiceKnob("pad_at", PAD_PLACEMENTS, default="inline"))
         self.lanes = self.target.vector_lanes(self.workload.dtype)
         return Space(tuple(knobs), (self.register_rule, self.vector_rule, self.pack_rule))
 
@@ -78,16 +83,30 @@ class CPUTemplate(Template):
         """The spatial axes in register-tile order: the vectorized one innermost."""
         return [a for a in self.structure.spatial if a != vec] + [vec]
 
-    def prefix_key(self, config: Config) -> tuple[int, int]:
-        """(vectorized axis, packing width or 0)."""
+    @staticmethod
+    def pad_at(config: Config) -> str:
+        return str(config.get("pad_at", "inline"))
+
+    def guarded_vector(self, config: Config) -> bool:
+        """Whether the vectorized loop reads the padded input through its border test (padding
+        inlined): TVM then leaves that loop scalar."""
         vec = self.vector_axis(config)
-        return vec, config[self.axis_knob(vec)][-1] if config.get("pack") else 0
+        return self.pad_at(config) == "inline" and any(
+            dim[vec] for access in self.structure.reads if not access.is_input for dim in access.coefficients)
+
+    def source(self, config: Config) -> Any:
+        return self.prim_func if self.pad_at(config) == "inline" else self.padded_func
+
+    def prefix_key(self, config: Config) -> tuple[int, int, bool]:
+        """(vectorized axis, packing width or 0, whether the padding stage is kept)."""
+        vec = self.vector_axis(config)
+        return vec, config[self.axis_knob(vec)][-1] if config.get("pack") else 0, self.pad_at(config) != "inline"
 
     def schedule_prefix(self, sch: Schedule, config: Config) -> None:
         """The accumulator (its layout), the fused epilogue and the packed operand."""
         s = self.structure
         block = sch.get_sblock(s.main_block)
-        vec, pack_width = self.prefix_key(config)
+        vec, pack_width, _ = self.prefix_key(config)
         sch.cache_write(block, 0, "global")
         if vec != s.spatial[-1]:
             self.contiguous_accumulator(sch, block, [s.spatial.index(a) for a in self.inner_order(vec)])
@@ -111,6 +130,8 @@ class CPUTemplate(Template):
         sch.parallel(outer)
         attach = outer if config["write_at"] == 0 else levels[1][-1]
         sch.reverse_compute_at(writeback, attach)
+        if self.pad_at(config) != "inline":
+            self.place_padding(sch, outer if self.pad_at(config) == "task" else levels[1][-1])
         if config["unroll"]:
             sch.annotate(outer, "pragma_auto_unroll_max_step", config["unroll"])
             sch.annotate(outer, "pragma_unroll_explicit", 1)
@@ -123,6 +144,15 @@ class CPUTemplate(Template):
         # in unrolled nests for minutes)
         if len(writeback_loops) > attach_depth and vec == s.spatial[-1]:
             self.vectorize_innermost(sch, writeback_loops[-1])
+
+    def place_padding(self, sch: Schedule, loop: LoopRV) -> None:
+        """Copy the padded window that the iterations of `loop` read, at its start: the
+        convolution's own loops then read it unguarded."""
+        pad = sch.get_sblock(self.structure.pad_block)
+        sch.compute_at(pad, loop)
+        innermost = sch.get_loops(pad)[-1]
+        if int(sch.get(innermost).extent) <= VECTOR_ROW_REGISTERS * self.lanes:
+            self.vectorize_innermost(sch, innermost)
 
     @staticmethod
     def vectorize_innermost(sch: Schedule, loop: LoopRV) -> None:
@@ -139,7 +169,7 @@ class CPUTemplate(Template):
         sch.transform_layout(block, ("write", 0), lambda *idx: tuple(idx[d] for d in dim_order))
 
     def packed_weight(self, config: Config) -> PackedWeight | None:
-        vec, width = self.prefix_key(config)
+        vec, width, _ = self.prefix_key(config)
         if not width:
             return None
         buffer, dim = self.packed_dim(vec)

@@ -28,6 +28,9 @@ class Knob:
 
     name: str
     options: tuple[Any, ...] = field(repr=False)
+    # what a config recorded before this knob existed meant (None: the knob was always there);
+    # `Space.complete` fills it in, so that older records still name valid programs
+    default: Any = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if not self.options:

@@ -25,7 +25,8 @@ class RestrictedSpace(Space):
         super().__init__(base.knobs, base.rules)
         object.__setattr__(self, "allowed", allowed)
         object.__setattr__(self, "_members", frozenset(allowed))
-        object.__setattr__(self, "_matrix", np.array([[hash(c[n]) for n in self.names] for c in allowed]))
+        object.__setattr__(self, "_matrix", np.array([[hash(base.complete(c)[n]) for n in self.names]
+                                                                for c in allowed]))
 
     @property
     def size(self) -> int:
@@ -45,11 +46,12 @@ class RestrictedSpace(Space):
 
     def neighbors(self, config: Config, rng: np.random.Generator, n: int = 8) -> list[Config]:
         """The allowed configs differing from `config` in the fewest knobs (random among ties)."""
-        row = np.array([hash(config[name]) for name in self.names])
+        row = np.array([hash(self.complete(config)[name]) for name in self.names])
         distance = (self._matrix != row).sum(axis=1).astype(float) + rng.random(len(self.allowed)) * 0.5
         order = np.argsort(distance)
         return [self.allowed[i] for i in order if self.allowed[i] != config][:n]
 
     def crossover(self, a: Config, b: Config, rng: np.random.Generator) -> Config:
-        child = Config({name: (a if rng.random() < 0.5 else b)[name] for name in self.names})
+        full_a, full_b = self.complete(a), self.complete(b)
+        child = Config({name: (full_a if rng.random() < 0.5 else full_b)[name] for name in self.names})
         return child if child in self._members else self.neighbors(child, rng, 1)[0] if len(self.allowed) > 1 else a

@@ -43,8 +43,14 @@ class Space:
         """Number of knob combinations, before the validity rules."""
         return math.prod(len(k) for k in self.knobs)
 
+    def complete(self, config: Config) -> Config:
+        """`config` with the defaults of the knobs it predates (see `Knob.default`) filled in."""
+        missing = {k.name: k.default for k in self.knobs if k.default is not None and k.name not in config}
+        return Config({**config, **missing}) if missing else config
+
     def violation(self, config: Config) -> str | None:
         """Why `config` is not in this space, or None when it is."""
+        config = self.complete(config)
         if set(config) != set(self.names):
             return f"config knobs {sorted(config)} do not match the space's {sorted(self.names)}"
         for knob in self.knobs:
@@ -89,6 +95,7 @@ class Space:
 
     def neighbors(self, config: Config, rng: np.random.Generator, n: int = 8) -> list[Config]:
         """Up to `n` distinct valid configs that differ from `config` in one or two knobs."""
+        config = self.complete(config)
         found: dict[Config, None] = {}
         for _ in range(20 * n):
             if len(found) >= n:
@@ -105,6 +112,7 @@ class Space:
 
     def crossover(self, a: Config, b: Config, rng: np.random.Generator) -> Config:
         """A valid child taking each knob from one parent at random (a parent if none is valid)."""
+        a, b = self.complete(a), self.complete(b)
         for _ in range(20):
             child = Config({name: (a if rng.random() < 0.5 else b)[name] for name in self.names})
             if self.is_valid(child):

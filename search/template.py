@@ -59,7 +59,8 @@ class Template(ABC):
         self.workload = workload
         self.target = target
         self.structure: Structure = analyze(workload)
-        self.prim_func = self._inline_padding(workload.prim_func())  # built once: PrimFuncs are immutable
+        self.padded_func = workload.prim_func()  # built once: PrimFuncs are immutable
+        self.prim_func = self._inline_padding(self.padded_func)
         self._prefixes: dict[Hashable, Schedule] = {}
         self.space: Space = self.make_space()
 
@@ -76,6 +77,11 @@ class Template(ABC):
 
     @abstractmethod
     def make_space(self) -> Space: ...
+
+    def source(self, config: Config) -> Any:
+        """The program `config`'s schedule starts from: the workload with its padding inlined,
+        unless a template places the padding stage itself (`padded_func`)."""
+        return self.prim_func
 
     @abstractmethod
     def schedule(self, sch: Schedule, config: Config) -> None:
@@ -97,7 +103,8 @@ class Template(ABC):
 
     def check(self, config: Config | dict[str, Any]) -> Config:
         """`config` as a `Config` that this template's space allows, else `InvalidConfig`."""
-        return self.space.check(config if isinstance(config, Config) else Config(config))
+        checked = self.space.check(config if isinstance(config, Config) else Config(config))
+        return self.space.complete(checked)
 
     def apply(self, config: Config | dict[str, Any]) -> Schedule:
         """The scheduled program for `config`: a `tvm.s_tir.Schedule`, or `InvalidConfig`."""
@@ -130,7 +137,7 @@ class Template(ABC):
         key = self.prefix_key(config)
         prefix = self._prefixes.get(key)
         if prefix is None:
-            prefix = s_tir.Schedule(self.prim_func, error_render_level="none")
+            prefix = s_tir.Schedule(self.source(config), error_render_level="none")
             self.schedule_prefix(UncheckedSchedule(prefix), config)
             self._prefixes[key] = prefix
         return prefix
@@ -151,7 +158,7 @@ class Template(ABC):
         from tvm import s_tir
 
         try:
-            sch = s_tir.Schedule(self.prim_func, error_render_level="detail")
+            sch = s_tir.Schedule(self.source(config), error_render_level="detail")
             self.schedule_prefix(sch, config)
             self.schedule(sch, config)
         except s_tir.ScheduleError as err:

@@ -145,6 +145,57 @@ def test_prepacked_weights_give_the_same_output_as_packing_on_every_call(name):
         assert copy not in prepacked.apply(config).mod.script() and copy in tpl.apply(config).mod.script()
 
 
+@pytest.mark.parametrize("name", ["depthwise_s2_p3", "conv2d_nhwc_bias_relu", "conv2d_nchw_s2_p3"])
+def test_every_padding_placement_gives_the_reference_output(name):
+    """The padded window copied per parallel task or per cache tile computes what reading the
+    input through the border test computes; the copy is a stage of its own, the guard gone."""
+    workload = WORKLOADS[name]
+    tpl = template(name, "llvm")
+    inputs = workload.random_inputs(1)
+    expected = workload.reference(*inputs)
+    dev = tvm.cpu()
+    pad = tpl.structure.pad_block
+    for config in sample(tpl, 6, seed=SEED + 11):
+        for placement in ("inline", "task", "tile"):
+            placed = config.replace(pad_at=placement)
+            program = tpl.apply(placed)
+            assert (f'T.sblock("{pad}")' in program.mod.script()) == (placement != "inline"), placement
+            ex = tvm.compile(program.mod, target=tpl.target.tvm)
+            out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), dev)
+            ex(*[tvm.runtime.tensor(x, dev) for x in inputs], out)
+            np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance, err_msg=f"{placed.id} {placement}")
+
+
+def test_configs_recorded_before_padding_placement_mean_inline_padding():
+    """Records written before the `pad_at` knob existed stay valid and name the same program."""
+    tpl = template("depthwise_s2_p3", "llvm")
+    config = a_config("depthwise_s2_p3", "llvm").replace(pad_at="inline")
+    older = Config({k: v for k, v in config.items() if k != "pad_at"})
+    assert tpl.space.is_valid(older) and tpl.check(older) == config
+    assert tpl.apply(older).mod.script() == tpl.apply(config).mod.script()
+    assert all(tpl.space.is_valid(n) for n in tpl.space.neighbors(older, np.random.default_rng(0)))
+    gemm = template("matmul_7x13x17_bias_relu", "llvm")
+    assert "pad_at" not in gemm.space.names  # nothing to place without padding
+
+
+def test_vector_loop_through_the_border_test_counts_as_scalar():
+    """Vectorizing a padded axis with the padding inlined leaves the loop scalar (TVM cannot
+    vectorize the guarded read); copying the padded window first lets it vectorize."""
+    from cost_model.draft import draft_features
+
+    tpl = template("depthwise_s2_p3", "llvm")
+    along_w = next(c for c in sample(tpl, 200, seed=SEED + 3)
+                   if c["vector_axis"] == "w" and c[tpl.axis_knob(tpl.vector_axis(c))][-1] > 1)
+    inline, copied = along_w.replace(pad_at="inline"), along_w.replace(pad_at="task")
+    assert tpl.guarded_vector(inline) and not tpl.guarded_vector(copied)
+    # TVM renames a loop it could not vectorize `<name>_s`
+    assert "w_3_s" in str(tpl.lower(inline))
+    copied_code = str(tpl.lower(copied))
+    assert "w_3_s" not in copied_code and f"{tpl.structure.pad_block}[T.Ramp(" in copied_code
+    assert draft_features(tpl, inline)["vector_efficiency"] == 1 / tpl.lanes  # as if not vectorized
+    assert draft_features(tpl, copied)["vector_efficiency"] > 1 / tpl.lanes
+
+
 # --------------------------------------------------------------------------------------- CUDA
 
 
@@ -220,7 +271,7 @@ def test_shared_prefixes_give_the_program_built_step_by_step(name):
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         applied = list(pool.map(tpl.apply, configs))
     for config, sch in zip(configs, applied):
-        scratch = s_tir.Schedule(tpl.prim_func)
+        scratch = s_tir.Schedule(tpl.source(config))
         tpl.schedule_prefix(scratch, config)
         tpl.schedule(scratch, config)
         assert sch.mod.script() == scratch.mod.script(), config.id
