@@ -2,6 +2,7 @@
 
     python -m benchmarks.compare                      # the mixed dozen on this CPU, 256 trials
     python -m benchmarks.compare --resume             # after an interruption: only the missing rows
+    python -m benchmarks.compare --resume results/suites/2026-12-06-llvm.json ...  # another day's report
     python -m benchmarks.compare --target cuda --trials 64 --workloads "matmul(M=1024,N=1024,K=1024,float32)"
 
 For each workload and trial budget the two tuners run one after the other, their order swapped
@@ -23,6 +24,7 @@ import json
 import math
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +205,10 @@ def markdown(report: dict) -> str:
              "| to MS best | search overhead | FLOP/B | bound | ours % roof | MS % roof | torch % roof |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [table_row(r) for r in rows]
+    runs = Counter((r.get("date", "?"), r.get("commit", "?")) for r in rows)
+    if len(runs) > 1:
+        lines += ["", "Rows by run (date, commit): " + "; ".join(f"{d} {c}: {n}" for (d, c), n in sorted(runs.items()))
+                  + " (`?`: rows written before reports named their run)."]
     disturbed = [f"{r['workload']} @{r['trials']}: {side} ({load} cores)" for r in rows
                  for side, load in r.get("other_load", {}).items() if load >= QUIET_CORES]
     lines += ["", summary(rows), "", "Re-timings still disturbed by other processes: "
@@ -273,8 +279,9 @@ def parse_args(argv: list[str] | None, workloads_default: Sequence[str],
     parser.add_argument("--ms-builder-timeout", type=float, default=BUILDER_TIMEOUT_S,
                         help="seconds MetaSchedule's builder may take per candidate")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the rows today's JSON already holds and run only the missing ones")
+    parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="REPORT",
+                        help="keep the rows a report already holds (today's, or the REPORT .json named) and run "
+                             "only the missing ones, into that report")
     return parser.parse_args(argv)
 
 
@@ -287,7 +294,7 @@ def tuners(args: argparse.Namespace) -> list[tuple[str, Tuner]]:
 
 
 def start_report(out: Path, target: TargetInfo, resume: bool) -> dict:
-    """A fresh report, holding the rows of today's earlier run if `resume`."""
+    """A fresh report, holding the rows of the earlier run written to `out` if `resume`."""
     report = {"date": today(), "command": command(), "machine": machine(target), "versions": versions(), "rows": []}
     if resume and out.with_suffix(".json").exists():
         report["rows"] = json.loads(out.with_suffix(".json").read_text())["rows"]
@@ -305,7 +312,9 @@ def main(argv: list[str] | None = None, workloads_default: Sequence[str] = MIXED
     workloads = [from_key(key) for key in args.workloads]  # a typo fails here, before any tuning
     target = search.resolve_target(args.target)
     out = args.out / f"{name}{today()}-{target.kind}"
-    report = start_report(out, target, args.resume)
+    if isinstance(args.resume, str):  # a named report: its rows kept, the new ones written into it
+        out = Path(args.resume).with_suffix("")
+    report = start_report(out, target, bool(args.resume))
     facts = host_facts(target)
     report["machine"]["measured"] = facts.to_json() if facts else None
     done = {(r["workload"], r["trials"]) for r in report["rows"]}
@@ -318,6 +327,7 @@ def main(argv: list[str] | None = None, workloads_default: Sequence[str] = MIXED
             continue
         row = compare(workload, target, trials, args.seed, order if index % 2 == 0 else order[::-1], args.rounds,
                       facts)
+        row.update(date=today(), commit=report["versions"]["commit"])  # a resumed report mixes runs
         report["rows"].append(row)
         print(f"  ours {gflops(row, 'ours'):.1f} GFLOPS, MetaSchedule {gflops(row, 'metaschedule') or 0:.1f}, "
               f"torch {gflops(row, 'torch') or 0:.1f}", flush=True)
