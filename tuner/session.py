@@ -74,7 +74,8 @@ class Session:
                               "use another records file (tune_suite shares one file between its workloads)")
         configs = []
         for record in self.store.select(self.workload.key, self.target.key):
-            config = Config.from_json(record["config"])
+            # a record older than a knob of the space is completed with what it meant
+            config = self.template.space.complete(Config.from_json(record["config"]))
             if config in self.measured or not self.template.space.is_valid(config):
                 continue
             self.measured[config] = median_cost(record)

@@ -135,3 +135,23 @@ def test_a_round_is_one_config_per_core_of_a_measurer_with_more_cores_than_the_d
     assert batch_size_for(None, None) == BATCH_SIZE
     assert batch_size_for(None, Cluster()) == 128
     assert batch_size_for(12, Cluster()) == 12  # what the user asks for wins
+
+
+def test_records_older_than_the_padding_knob_resume_as_inline_padding(tmp_path):
+    """A records file written before `pad_at` existed (its configs lack the knob) still resumes:
+    each old config counts as measured with inline padding and is not proposed again."""
+    conv = workloads.conv2d(1, 4, 6, 6, 4, 3, 3, padding=1)
+    records = tmp_path / "old.jsonl"
+    session = Session(conv, "llvm", seed=5, pretrained=False, records=str(records))
+    configs = [c.replace(pad_at="inline") for c in session.ask(6)]
+    session.tell(configs, _fake_results(session, configs))
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    for line in lines:
+        del line["config"]["pad_at"]
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    resumed = Session(conv, "llvm", seed=6, pretrained=False, records=str(records))
+    assert set(resumed.measured) == set(configs)
+    for _ in range(3):
+        asked = resumed.ask(8)
+        assert not set(asked) & set(configs)
+        resumed.tell(asked, _fake_results(resumed, asked))
