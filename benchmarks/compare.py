@@ -207,8 +207,9 @@ def markdown(report: dict) -> str:
     lines += [table_row(r) for r in rows]
     runs = Counter((r.get("date", "?"), r.get("commit", "?")) for r in rows)
     if len(runs) > 1:
+        unnamed = " (`?`: rows written before reports named their run)" if ("?", "?") in runs else ""
         lines += ["", "Rows by run (date, commit): " + "; ".join(f"{d} {c}: {n}" for (d, c), n in sorted(runs.items()))
-                  + " (`?`: rows written before reports named their run)."]
+                  + unnamed + "."]
     disturbed = [f"{r['workload']} @{r['trials']}: {side} ({load} cores)" for r in rows
                  for side, load in r.get("other_load", {}).items() if load >= QUIET_CORES]
     lines += ["", summary(rows), "", "Re-timings still disturbed by other processes: "
