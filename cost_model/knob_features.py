@@ -109,13 +109,13 @@ def knob_features(template: Template, config: Config) -> dict[str, float]:
     body = register_outputs * math.prod(parts[a][-1] for a in reduce)
     features["log_unrolled_body"] = _log(min(config["unroll"], body) if config["unroll"] else 1)
     pad_at = template.pad_at(config)  # type: ignore[attr-defined]
-    padded = [index for index, access in enumerate(s.reads) if not access.is_input]
     if pad_at == "inline":
         features["vector_guarded"] = float(template.guarded_vector(config))  # type: ignore[attr-defined]
-    else:
+    else:  # the padded window copied per task (S0 iteration) or per cache tile (S1 iteration)
         features["pad_copied_per_task" if pad_at == "task" else "pad_copied_per_tile"] = 1.0
         extents = shapes["task" if pad_at == "task" else "l2"][0]
-        features["log_pad_copy_bytes"] = _log(sum(s.reads[i].footprint(extents) for i in padded) * s.dtype_bytes)
+        copied = sum(access.footprint(extents) for access in s.reads if not access.is_input)
+        features["log_pad_copy_bytes"] = _log(copied * s.dtype_bytes)
     inner_reduce = reduce[-1] if reduce else None
     for strides in _strides(s):
         if inner_reduce is not None and strides[inner_reduce]:
