@@ -130,8 +130,9 @@ class CPUTemplate(Template):
         sch.parallel(outer)
         attach = outer if config["write_at"] == 0 else levels[1][-1]
         sch.reverse_compute_at(writeback, attach)
-        if self.pad_at(config) != "inline":
-            self.place_padding(sch, outer if self.pad_at(config) == "task" else levels[1][-1])
+        placement = self.pad_at(config)
+        if placement != "inline":
+            self.place_padding(sch, outer if placement == "task" else levels[1][-1])
         if config["unroll"]:
             sch.annotate(outer, "pragma_auto_unroll_max_step", config["unroll"])
             sch.annotate(outer, "pragma_unroll_explicit", 1)

@@ -66,10 +66,11 @@ class Space:
         return self.violation(config) is None
 
     def check(self, config: Config) -> Config:
+        """`config`, completed (`complete`), if it is in this space, else `InvalidConfig`."""
         reason = self.violation(config)
         if reason:
             raise InvalidConfig(reason)
-        return config
+        return self.complete(config)
 
     def random_config(self, rng: np.random.Generator, attempts: int = 20000) -> Config:
         """One valid config, drawn uniformly by rejection."""

@@ -103,8 +103,7 @@ class Template(ABC):
 
     def check(self, config: Config | dict[str, Any]) -> Config:
         """`config` as a `Config` that this template's space allows, else `InvalidConfig`."""
-        checked = self.space.check(config if isinstance(config, Config) else Config(config))
-        return self.space.complete(checked)
+        return self.space.check(config if isinstance(config, Config) else Config(config))
 
     def apply(self, config: Config | dict[str, Any]) -> Schedule:
         """The scheduled program for `config`: a `tvm.s_tir.Schedule`, or `InvalidConfig`."""
