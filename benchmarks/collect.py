@@ -7,6 +7,12 @@ The records train and test the shipped cost model and serve the replay benchmark
     python -m benchmarks.collect --set other-host --per-workload 300 --seed 2 --records cpu_other_host.jsonl  # znver3
     python -m benchmarks.collect --set dense --per-workload 300 --seed 3 --passes 2 --records cpu_znver4.jsonl
     python -m benchmarks.collect --set other-host --per-workload 150 --seed 4 --records cpu_znver4.jsonl
+    python -m benchmarks.collect --set other-host --per-workload 100 --seed 6 --records cpu_rocketlake.jsonl
+    python -m benchmarks.collect --set dense --per-workload 200 --seed 7 --passes 2 --records cpu_rocketlake.jsonl
+A new CPU's first set can also hold workloads that no set has (`--workloads`), kept apart from the
+training files, to test the shipped model as a user on that CPU meets it (`benchmarks/data/heldout-*`):
+    python -m benchmarks.collect --workloads "matmul(M=197,N=3072,K=768,transpose_b=True,float32)" \
+        "matmul(M=197,N=768,K=3072,transpose_b=True,float32)" --per-workload 96 --seed 5 --records heldout-rocketlake.jsonl
 Interrupt it at any time; run it again to continue where it stopped. Each record carries the facts of
 the host that measured it (records before schema 2 name only its CPU). The committed sets are these
 files gzipped (`gzip -9 -n`) under `cost_model/data/`: every `cpu_*` file there trains the shipped
