@@ -12,7 +12,10 @@ Leave-one-network-out, as TenSet defines it: for each network of the model suite
 on everything except that network's tasks (random configs of every CPU, and the tuning records of
 the other networks) ranks the held-out network's tuning records (`networks-znver4.jsonl.gz`); top-k
 is the best latency over the best among the model's top k, averaged over the network's tasks
-weighted by their occurrences. Every figure is the mean over training seeds, with its spread.
+weighted by their occurrences. With `--new-host FILE...`, records of workloads that no training file
+holds, measured on a host that none measured (a user's first run on their own CPU): the shipped recipe,
+trained on every other host's records, ranks each of them. Every figure is the mean over training
+seeds, with its spread.
 """
 
 from __future__ import annotations
@@ -111,6 +114,16 @@ def leave_one_network_out(random: Dataset, networks: Dataset, seeds: list[int], 
     return rows
 
 
+def new_host(random: Dataset, test: Dataset, seeds: list[int], columns: np.ndarray) -> dict[str, Any]:
+    """Per workload of `test`: the shipped recipe, trained on the records of every host but
+    `test`'s and of no workload in `test`, ranking its configs, for each seed."""
+    hosts, held = set(test.hosts), set(test.workloads)
+    train = random.where(lambda w, h: h not in hosts and w not in held)
+    runs = [per_group(fit(train, seed, columns), test, columns) for seed in seeds]
+    return {f"{workload} ({host})": {"configs": int(size), **{k: spread(run[i][k] for run in runs) for k in METRICS}}
+            for i, (workload, host, size) in enumerate(zip(test.workloads, test.hosts, test.groups))}
+
+
 def cell(stats: dict[str, float]) -> str:
     return f"{stats['mean']:.3f} ± {stats['std']:.3f}"
 
@@ -133,6 +146,13 @@ def network_table(rows: dict[str, Any]) -> list[str]:
     return lines
 
 
+def new_host_table(rows: dict[str, Any]) -> list[str]:
+    lines = ["| workload (host) | configs | pairwise | top-1 | top-5 |", "|---|---|---|---|---|"]
+    lines += [f"| {name} | {r['configs']} | {cell(r['pairwise_accuracy'])} | {cell(r['top1'])} | {cell(r['top5'])} |"
+              for name, r in rows.items()]
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Cost model on unseen hosts and networks ({report['date']})", "",
              f"Command: `{report['command']}`; the shipped recipe (LightGBM LambdaRank, `PRETRAINED_PARAMS`), "
@@ -150,6 +170,9 @@ def markdown(report: dict[str, Any]) -> str:
                                                        f"{report['per_store_feature_s']:.0f} s)"))
     for name, title in sections:
         lines += [f"## {title}", ""] + host_table(report[name]) + [""]
+    if "new_host" in report:
+        lines += [f"## A new host's new workloads ({' '.join(report['new_host_files'])}), ranked by the shipped "
+                  "recipe trained on every other host", ""] + new_host_table(report["new_host"]) + [""]
     lines += ["## Leave-one-network-out (TenSet's definition; the networks' tuning records, measured on znver4)", ""]
     lines += network_table(report["lono"]) + [""]
     if "lono_with_per_store" in report:
@@ -163,6 +186,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5, help="training seeds 0..N-1")
     parser.add_argument("--per-store-seeds", type=int, default=3,
                         help="seeds of the runs with PerStoreFeature added (0: skip them, and their features)")
+    parser.add_argument("--new-host", nargs="*", default=[],
+                        help="record files of workloads trained on nowhere, measured on a host the training files lack")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -190,6 +215,9 @@ def main() -> None:
         "loho_strict_without_knob_features": leave_one_host_out(random, seeds, without_knobs, strict=True),
         "lono": leave_one_network_out(random, networks, seeds, shipped),
     }
+    if args.new_host:
+        report.update(new_host_files=args.new_host,
+                      new_host=new_host(random, read_dataset(args.new_host), seeds, shipped))
     if args.per_store_seeds:
         started_features = time.monotonic()
         random, networks = (read_dataset(training_files(), per_store=True),

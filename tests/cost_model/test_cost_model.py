@@ -71,7 +71,7 @@ def test_committed_data_has_enough_measurements(dataset):
 def test_no_workload_held_out_or_compared_on_is_trained_on():
     """The report holds each dense workload out of training and tests on another host's workloads;
     vs_metaschedule.py compares on workloads that the shipped model (dense and train-only records)
-    never saw."""
+    never saw, and no training file holds the held-out workloads measured on a new host."""
     def workloads_in(name: str) -> set[str]:
         return {r["workload"] for r in load_records(DATA_DIR / name)}
 
@@ -83,6 +83,10 @@ def test_no_workload_held_out_or_compared_on_is_trained_on():
     assert (len(dense), len(other_host), len(train_only), len(compared)) == (6, 16, 17, 3)
     assert not dense & other_host and not train_only & (dense | other_host)
     assert not compared & (dense | train_only)
+    trained = {r["workload"] for path in DATA_DIR.glob("cpu_*.jsonl.gz") for r in load_records(path)}
+    held_out = {r["workload"] for path in (REPO / "benchmarks" / "data").glob("heldout-*.jsonl.gz")
+                for r in load_records(path)}
+    assert held_out and not held_out & trained  # a new host's own workloads, for `cost_model_transfer --new-host`
 
 
 @pytest.mark.parametrize("make, floor", [(LightGBMRanker, 0.60), (TorchRanker, 0.56)], ids=["lightgbm", "torch"])
