@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from cost_model import CostModel, DraftThenVerify, FeatureExtractor, TrainingData, make_model
-from cost_model.scoring import Extractor
+from cost_model.scoring import Extractor, prunes_by_default
 from search import Config, TargetInfo, template_for
 from search.records import ErrorKind, MeasureResult, RecordError, RecordStore, make_record, median_cost
 from search.restricted import RestrictedSpace
@@ -30,12 +30,14 @@ class Session:
     `shared_records` lets a records file hold other workloads too (a suite's one file), and
     `candidates` restricts the space to the given configs (replaying a record file), and
     `extractor` (configs -> feature rows) replaces the template's own feature extractor, e.g. with
-    one whose rows were computed once for many replayed runs.
+    one whose rows were computed once for many replayed runs. `draft`: whether the draft model
+    prunes candidates before the ranker scores them (default: where features are costly,
+    `cost_model.scoring.prunes_by_default`).
     """
 
     def __init__(self, workload: Workload, target: Any = "llvm", *, strategy: str = "evolutionary",
                  model: str | CostModel = "lightgbm", pretrained: bool = True,
-                 records: str | RecordStore | None = None, seed: int = 0, draft: bool = True,
+                 records: str | RecordStore | None = None, seed: int = 0, draft: bool | None = None,
                  exploration: float = 0.1, training: TrainingData | None = None, shared_records: bool = False,
                  candidates: Sequence[Config] | None = None, extractor: Extractor | None = None) -> None:
         if not isinstance(workload, Workload):
@@ -51,8 +53,9 @@ class Session:
         self.strategy = make_strategy(strategy)
         self.learned = strategy != "random"
         self.model: CostModel = make_model(model, self.target.kind, pretrained, seed) if isinstance(model, str) else model
+        prune = prunes_by_default(self.target) if draft is None else draft
         self.scorer = DraftThenVerify(self.template, self.model, extractor or FeatureExtractor(self.template),
-                                      draft=draft) if self.learned else None
+                                      draft=prune) if self.learned else None
         self.exploration, self.shared_records = exploration, shared_records
         self.rng = np.random.default_rng(seed)
         self.store = records if isinstance(records, RecordStore) or records is None else RecordStore(records)

@@ -85,7 +85,7 @@ def test_seeded_runs_repeat(strategy):
 
 @pytest.mark.parametrize("agrees", [True, False])
 def test_draft_prunes_hard_only_while_it_ranks_the_measurements_well(agrees):
-    session = Session(WORKLOAD, "llvm", seed=3, pretrained=False)
+    session = Session(WORKLOAD, "llvm", seed=3, pretrained=False, draft=True)
     configs = session.template.space.sample(np.random.default_rng(3), 16)
     results = _fake_results(session, configs)
     if not agrees:  # the slowest by the draft measured fastest
@@ -95,6 +95,15 @@ def test_draft_prunes_hard_only_while_it_ranks_the_measurements_well(agrees):
     pool = session.template.space.sample(np.random.default_rng(4), 40)
     scored = np.isfinite(session.scorer(pool)).sum()
     assert scored == (12 if agrees else 24)  # 30% of the pool pass the draft, or 60% of it
+
+
+def test_the_draft_prunes_by_default_only_where_features_lower_each_candidate():
+    cpu = Session(WORKLOAD, "llvm", seed=3, pretrained=False)
+    pool = cpu.template.space.sample(np.random.default_rng(4), 40)
+    assert np.isfinite(cpu.scorer(pool)).all()  # CPU features are read off the config: the ranker scores all
+    gpu = Session(WORKLOAD, {"kind": "cuda", "arch": "sm_80"}, seed=3, pretrained=False)
+    pool = gpu.template.space.sample(np.random.default_rng(4), 40)
+    assert np.isfinite(gpu.scorer(pool)).sum() == 12  # features lower each candidate: the draft keeps 30%
 
 
 def test_bad_input_gets_clear_errors(tmp_path):
