@@ -177,12 +177,14 @@ def _run_probes(threads: int, kinds: list[str]) -> list[float]:
 
 
 def measure(target: TargetInfo) -> MachineFacts:
-    """Measure this host's CPU now: peak on all cores and on one (the larger of two runs: a busy
-    moment only lowers it), triad bandwidth on all cores (the median of three)."""
-    first, second, *triad = _run_probes(target.cores, ["peak", "peak", "triad", "triad", "triad"])
+    """Measure this host's CPU now: peak on all cores (the largest of runs before and after the
+    bandwidth runs: a busy moment only lowers it, and a virtual CPU's sibling was once busy for both
+    runs of a pair, halving the figure) and on one, triad bandwidth on all cores (the median of three)."""
+    values = _run_probes(target.cores, ["peak", "peak", "triad", "triad", "triad", "peak"])
+    peaks, triad = values[:2] + values[5:], values[2:5]
     one_core = max(_run_probes(1, ["peak", "peak"]))
     return MachineFacts(cpu_model=cpu_model(), mcpu=target.mcpu, cores=target.cores, isa=target.isa,
-                        vector_bits=target.vector_bits, caches=dict(target.caches), peak_gflops=max(first, second),
+                        vector_bits=target.vector_bits, caches=dict(target.caches), peak_gflops=max(peaks),
                         peak_gflops_1core=one_core, bandwidth_gbs=statistics.median(triad), clock_mhz=_clock_mhz(),
                         flops_per_cycle=target.flops_per_cycle,
                         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
