@@ -166,6 +166,11 @@ def evaluate_workload(key: str, records_path: str, train_only: Dataset, seeds: i
     return entry
 
 
+def variant_names(report: dict) -> list[str]:
+    """The variants the report replayed (all of them, or those of --variants)."""
+    return list(next(iter(report["workloads"].values()))["variants"])
+
+
 def markdown(report: dict) -> str:
     """The report as Markdown: per workload a table of the variants, then the summary against random search."""
     lines = [f"# Search efficiency on replayed records ({report['date']})", "",
@@ -185,7 +190,7 @@ def markdown(report: dict) -> str:
             lines.append(f"| {name} | {s['median']:.0f} [{s['q25']:.0f}, {s['q75']:.0f}] | {s['never']} | "
                          + " | ".join(f"{s['best_fraction_at'][str(k)]:.2f}" for k in CHECKPOINTS) + " |")
         lines.append("")
-    if not {"random", DEFAULT} <= set(next(iter(report["workloads"].values()))["variants"]):
+    if not {"random", DEFAULT} <= set(variant_names(report)):
         return "\n".join(lines) + "\n"
     lines += ["## Summary", "", "*random, exact*: the median trials of uniform random search without repeats, "
               "computed from how many recorded configs reach the goal; it is what the sampled random median "
@@ -207,7 +212,7 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     keys = list(report["workloads"])
-    names = list(next(iter(report["workloads"].values()))["variants"])
+    names = variant_names(report)
     fig, ax = plt.subplots(figsize=(11, 4.5))
     width = 0.8 / len(names)
     for i, name in enumerate(names):

@@ -7,7 +7,7 @@ what limits a kernel (a memory-bound depthwise conv).
 
 Pruning pays only where features are costly: by default (`prunes_by_default`) it runs where they
 lower each candidate (GPUs, `PerStoreFeature`). On CPUs, whose features are read off the config, it
-cost trials in the replayed searches and saved nothing worth having.
+saved little time and, summed over the replayed searches, cost trials.
 """
 
 from __future__ import annotations
@@ -50,8 +50,11 @@ class DraftThenVerify:
     configs, and the rows of measured configs are what the ranker then trains on.
     """
 
-    def __init__(self, template: Template, model: CostModel, extractor: Extractor, *, draft: bool = True) -> None:
-        self.template, self.model, self.extractor, self.draft = template, model, extractor, draft
+    def __init__(self, template: Template, model: CostModel, extractor: Extractor, *,
+                 draft: bool | None = None) -> None:
+        """`draft`: whether the draft prunes (default: `prunes_by_default` for the template's target)."""
+        self.template, self.model, self.extractor = template, model, extractor
+        self.draft = prunes_by_default(template.target) if draft is None else draft
         self.draft_trusted = True
         self._features: dict[Config, np.ndarray] = {}
         self._drafts: dict[Config, float] = {}

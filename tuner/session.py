@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from cost_model import CostModel, DraftThenVerify, FeatureExtractor, TrainingData, make_model
-from cost_model.scoring import Extractor, prunes_by_default
+from cost_model.scoring import Extractor
 from search import Config, TargetInfo, template_for
 from search.records import ErrorKind, MeasureResult, RecordError, RecordStore, make_record, median_cost
 from search.restricted import RestrictedSpace
@@ -53,9 +53,8 @@ class Session:
         self.strategy = make_strategy(strategy)
         self.learned = strategy != "random"
         self.model: CostModel = make_model(model, self.target.kind, pretrained, seed) if isinstance(model, str) else model
-        prune = prunes_by_default(self.target) if draft is None else draft
         self.scorer = DraftThenVerify(self.template, self.model, extractor or FeatureExtractor(self.template),
-                                      draft=prune) if self.learned else None
+                                      draft=draft) if self.learned else None
         self.exploration, self.shared_records = exploration, shared_records
         self.rng = np.random.default_rng(seed)
         self.store = records if isinstance(records, RecordStore) or records is None else RecordStore(records)

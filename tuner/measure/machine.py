@@ -180,8 +180,9 @@ def measure(target: TargetInfo) -> MachineFacts:
     """Measure this host's CPU now: peak on all cores (the largest of runs before and after the
     bandwidth runs: a busy moment only lowers it, and a virtual CPU's sibling was once busy for both
     runs of a pair, halving the figure) and on one, triad bandwidth on all cores (the median of three)."""
-    values = _run_probes(target.cores, ["peak", "peak", "triad", "triad", "triad", "peak"])
-    peaks, triad = values[:2] + values[5:], values[2:5]
+    kinds = ["peak", "peak", "triad", "triad", "triad", "peak"]
+    values = list(zip(kinds, _run_probes(target.cores, kinds)))
+    peaks, triad = ([v for kind, v in values if kind == wanted] for wanted in ("peak", "triad"))
     one_core = max(_run_probes(1, ["peak", "peak"]))
     return MachineFacts(cpu_model=cpu_model(), mcpu=target.mcpu, cores=target.cores, isa=target.isa,
                         vector_bits=target.vector_bits, caches=dict(target.caches), peak_gflops=max(peaks),
