@@ -37,23 +37,23 @@ class PackedWeight:
         return (shape[self.dim] // self.width, *rest, self.width)
 
     def pack(self, x: Any) -> Any:
-        """`x` (a torch tensor in the workload's layout) in the packed layout, contiguous."""
+        """`x` (a torch tensor or a numpy array in the workload's layout) in the packed layout, contiguous."""
         shape = tuple(x.shape)
         split = x.reshape(*shape[:self.dim], shape[self.dim] // self.width, self.width, *shape[self.dim + 1:])
         rest = [d for d in range(len(shape) + 1) if d not in (self.dim, self.dim + 1)]
-        return split.permute(self.dim, *rest, self.dim + 1).contiguous()
+        order = (self.dim, *rest, self.dim + 1)
+        if isinstance(x, np.ndarray):
+            return np.ascontiguousarray(split.transpose(order))
+        return split.permute(*order).contiguous()
 
 
 class Template(ABC):
     """Subclasses define `make_space` and `schedule`, and may split off a shared `schedule_prefix`;
     apply() is deterministic in the config.
 
-    A template made by `with_prepacked_weights` schedules for weights that do not change between
-    calls (a model's layers): a config that packs an input (`packed_weight`) then takes that input
-    already packed, instead of packing it on every call.
+    For a workload with constant weights (a model's layers), a config that packs its weight
+    (`packed_weight`) takes that input already packed, instead of packing it on every call.
     """
-
-    prepacked_weights = False
 
     def __init__(self, workload: Workload, target: TargetInfo) -> None:
         self.workload = workload
@@ -114,18 +114,16 @@ class Template(ABC):
         (its space is the full one), for applying checked configs on another thread: threads
         that share one program's nodes contend on their reference counts (applying on two cores
         ran 1.3-1.5x as fast as on one, and 1.65x with a replica each)."""
-        twin = type(self)(self.workload, self.target)
-        twin.prepacked_weights = self.prepacked_weights
-        return twin
+        return type(self)(self.workload, self.target)
 
-    def with_prepacked_weights(self) -> "Template":
-        """A template whose packing configs take the packed input as it is (see `packed_weight`)."""
-        twin = self.replica()
-        twin.prepacked_weights = True
-        return twin
+    @property
+    def prepacked_weights(self) -> bool:
+        """Whether packing configs take the packed weight as it is (see `packed_weight`)."""
+        return self.workload.constant_weights
 
     def packed_weight(self, config: Config) -> PackedWeight | None:
-        """The input `config` reads in a packed layout, if any. None by default."""
+        """The input `config` reads in a packed layout, if any (packed by the caller where the
+        workload's weights are constant, else by the kernel on every call). None by default."""
         return None
 
     def _prefix(self, config: Config) -> Schedule:

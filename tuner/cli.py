@@ -25,10 +25,10 @@ SHAPE_PARAMS = {
     "depthwise_conv2d": ("N", "C", "H", "W", "R", "S"),
 }
 OPTION_PARAMS = {
-    "matmul": ("transpose_b", "epilogue", "dtype"),
+    "matmul": ("transpose_b", "epilogue", "constant_weights", "dtype"),
     "batch_matmul": ("transpose_b", "dtype"),
-    "conv2d": ("stride", "padding", "dilation", "layout", "epilogue", "dtype"),
-    "depthwise_conv2d": ("stride", "padding", "dilation", "epilogue", "dtype"),
+    "conv2d": ("stride", "padding", "dilation", "layout", "epilogue", "constant_weights", "dtype"),
+    "depthwise_conv2d": ("stride", "padding", "dilation", "epilogue", "constant_weights", "dtype"),
 }
 
 
@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--epilogue", help="bias, relu, bias_relu, gelu or bias_gelu")
     tune.add_argument("--dtype", help="float32 or float16")
     tune.add_argument("--transpose-b", action="store_true")
+    tune.add_argument("--constant-weights", action="store_true",
+                      help="the weight (input 1) is the same on every call, as a model layer's: kernels may "
+                           "take it in a layout of their own, laid out once")
     tune.add_argument("--time-budget", type=float, help="seconds")
     tune.add_argument("--early-stopping", type=int, help="stop after this many trials without improvement")
     run_options(tune)
@@ -124,7 +127,7 @@ def _workload(args: argparse.Namespace) -> Workload:
         value = getattr(args, name)
         if value not in (None, False):
             params[name] = value
-    given = [n for n in ("stride", "padding", "dilation", "layout", "epilogue", "transpose_b")
+    given = [n for n in ("stride", "padding", "dilation", "layout", "epilogue", "transpose_b", "constant_weights")
              if getattr(args, n) not in (None, False) and n not in OPTION_PARAMS[args.op]]
     if given:
         raise UsageError(f"{args.op} does not take --{given[0].replace('_', '-')}")

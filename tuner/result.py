@@ -53,19 +53,16 @@ class Kernel:
     """A compiled program: `kernel(*inputs)` returns the output (numpy in, numpy out; torch in,
     torch out, shared through DLPack without copies).
 
-    With `prepacked_weights`, a config that packs an input takes it packed already
-    (`packed_weight.pack(x)`, done once for a weight that does not change), not as the workload
-    lays it out.
+    For a workload with constant weights, a config that packs its weight takes it packed already
+    (`packed_weight.pack(x)`, done once), not as the workload lays it out.
     """
 
-    def __init__(self, workload: Workload, target: Any, config: Config, *, prepacked_weights: bool = False) -> None:
+    def __init__(self, workload: Workload, target: Any, config: Config) -> None:
         import tvm
 
         self.workload, self.config = workload, config
         self.template = template_for(workload, target)
-        if prepacked_weights:
-            self.template = self.template.with_prepacked_weights()
-        self.packed_weight = self.template.packed_weight(config) if prepacked_weights else None
+        self.packed_weight = self.template.packed_weight(config) if workload.constant_weights else None
         self.target: TargetInfo = self.template.target
         run_on_target_cores(self.target)
         self.executable = tvm.compile(self.template.apply(config).mod, target=self.target.tvm)

@@ -7,7 +7,8 @@ copies, the output allocated by torch). The op has a fake implementation, so the
 still works under `torch.compile` and `torch.export`. Before it is handed back, every replaced
 layer's output is compared with the original model's on the example inputs. A kernel whose config
 packs a constant weight into a blocked layout takes it packed once, here, instead of packing it on
-every call (BERT-base's FFN layers: 3.7 -> 2.7 ms). Kernels are compiled for static shapes:
+every call (BERT-base's FFN layers: 3.7 -> 2.7 ms), as the layer's workload (`constant_weights`)
+was tuned. Kernels are compiled for static shapes:
 `OptimizedModule` picks the graph made for the inputs' shapes and runs inputs it was not made for
 in the original model.
 """
@@ -165,13 +166,22 @@ Best = Callable[[Workload], "Config | None"]  # the best config known for a work
 
 
 def _best_in(records: str | RecordStore | Mapping[str, Config], target: TargetInfo) -> Best:
+    """The best config `records` holds for a workload; for a layer with constant weights that has
+    none, the best of the same operator tuned with its weights given on every call (by `tune` on
+    the bare operator, or in records older than `constant_weights`): its configs fit both."""
+    lookup: Callable[[str], Config | None]
     if isinstance(records, Mapping):
-        return lambda workload: records.get(workload.key)
-    store = records if isinstance(records, RecordStore) else RecordStore(records)
+        lookup = records.get
+    else:
+        store = records if isinstance(records, RecordStore) else RecordStore(records)
+
+        def lookup(key: str) -> Config | None:
+            record = store.best(key, target.key)
+            return Config.from_json(record["config"]) if record is not None else None
 
     def best(workload: Workload) -> Config | None:
-        record = store.best(workload.key, target.key)
-        return Config.from_json(record["config"]) if record is not None else None
+        config = lookup(workload.key)
+        return config if config is not None else lookup(workload.with_weights(constant=False).key)
 
     return best
 
@@ -190,7 +200,7 @@ def _compile(layer: Layer, target: TargetInfo, config: Config, packed_weight: Pa
 
         return CompiledKernel(name, layer.workload, tvm.runtime.load_module(saved)["main"], shape, dtype, config,
                               packed_weight, lambda path: shutil.copyfile(saved, path))
-    kernel = Kernel(layer.workload, target, config, prepacked_weights=prepacked)
+    kernel = Kernel(layer.workload.with_weights(constant=prepacked), target, config)
     return CompiledKernel(name, layer.workload, kernel.executable.mod["main"], shape, dtype, config,
                           packed_weight, kernel.export)
 

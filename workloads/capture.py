@@ -35,6 +35,8 @@ NO_TRAINING_BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"  # 
 RELU = {"aten.relu.default", "aten.relu_.default"}
 GELU = {"aten.gelu.default", "aten.gelu_.default"}
 TRANSPOSE = {"aten.t.default", "aten.transpose.int", "aten.permute.default"}
+RESHAPE = {"aten.reshape.default", "aten.view.default"}
+CONSTANT = "autotune_constant"  # node.meta key: the placeholder holds a parameter or an unmutated buffer
 GEMM_CONV = LINEAR | ADDMM | MATMUL | CONV
 # Ops that move or create data but compute nothing: no FLOPs of their own.
 NO_FLOPS = {"view", "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "flatten", "select", "slice",
@@ -137,6 +139,14 @@ def _is_last_two_swap(node: Any) -> bool:
     return False
 
 
+def _is_constant(node: Any) -> bool:
+    """Whether a node holds a constant of the model (a parameter or an unmutated buffer), seen
+    through transposes and reshapes: a weight that a kernel may take in a layout of its own."""
+    while op_name(node) in TRANSPOSE | RESHAPE:
+        node = node.args[0]
+    return node.op == "get_attr" or bool(node.meta.get(CONSTANT))
+
+
 class LayerMatcher:
     """Turns supported nodes into workloads, folding the epilogues that follow them."""
 
@@ -167,7 +177,7 @@ class LayerMatcher:
         (N, K), leading = _shape(w), _shape(x)[:-1]
         epilogue, fused, _ = self.epilogue(node, bias)
         return Layer(node.name, matmul(math.prod(leading), N, K, transpose_b=True, epilogue=epilogue,
-                                       dtype=_dtype(node)), fused)
+                                       constant_weights=_is_constant(w), dtype=_dtype(node)), fused)
 
     def addmm(self, node: Any) -> Layer | None:
         bias, a, b = node.args[:3]
@@ -188,8 +198,8 @@ class LayerMatcher:
         N = b_shape[-1]
         epilogue, fused, _ = self.epilogue(node, bias)
         if len(b_shape) == 2:
-            return Layer(node.name, matmul(M, N, K, transpose_b=transposed, epilogue=epilogue, dtype=_dtype(node)),
-                         fused)
+            return Layer(node.name, matmul(M, N, K, transpose_b=transposed, epilogue=epilogue,
+                                           constant_weights=_is_constant(b), dtype=_dtype(node)), fused)
         if a_shape[:-2] != b_shape[:-2] or epilogue is not None:
             return None  # broadcast batches and fused batched epilogues stay in torch
         return Layer(node.name, batch_matmul(math.prod(a_shape[:-2]), a_shape[-2], N, K, transpose_b=transposed,
@@ -210,13 +220,14 @@ class LayerMatcher:
         if stride is None or padding is None or dilation is None or len(_shape(x)) != 4:
             return None
         epilogue, fused, _ = self.epilogue(node, bias)
-        dtype = _dtype(node)
+        dtype, constant = _dtype(node), _is_constant(w)
         if groups == 1:
             return Layer(node.name, conv2d(N, C, H, W, K, R, S, stride=stride, padding=padding, dilation=dilation,
-                                           epilogue=epilogue, dtype=dtype), fused)
+                                           epilogue=epilogue, constant_weights=constant, dtype=dtype), fused)
         if groups == C == K:
             return Layer(node.name, depthwise_conv2d(N, C, H, W, R, S, stride=stride, padding=padding,
-                                                     dilation=dilation, epilogue=epilogue, dtype=dtype), fused)
+                                                     dilation=dilation, epilogue=epilogue, constant_weights=constant,
+                                                     dtype=dtype), fused)
         return None  # grouped convolutions stay in torch
 
     def match(self, node: Any) -> Layer | None:
@@ -261,6 +272,7 @@ def _record(model: "torch.nn.Module", example_inputs: Sequence[Any]) -> Any:
     from torch.utils._pytree import tree_leaves, tree_map
 
     graph = torch.fx.Graph()
+    constants = {id(t) for t in (*model.parameters(), *model.buffers())}
     producers: dict[int, Any] = {}
     alive: list[torch.Tensor] = []  # keeps every tensor seen alive, so no id() is reused
 
@@ -269,7 +281,7 @@ def _record(model: "torch.nn.Module", example_inputs: Sequence[Any]) -> Any:
             return value
         if id(value) not in producers:  # an input or a weight
             producers[id(value)] = graph.placeholder(f"tensor_{len(producers)}")
-            producers[id(value)].meta["val"] = value
+            producers[id(value)].meta.update({"val": value, CONSTANT: id(value) in constants})
             alive.append(value)
         return producers[id(value)]
 
@@ -292,15 +304,24 @@ def _record(model: "torch.nn.Module", example_inputs: Sequence[Any]) -> Any:
 
 def capture_graph(model: "torch.nn.Module", example_inputs: Sequence[Any]) -> tuple[Any, Method]:
     """The model's ATen graph (a `torch.fx.Graph` with shapes in `node.meta["val"]`) and how it was
-    captured: `torch.export`, or, where export fails, a trace of one run on the inputs."""
+    captured: `torch.export`, or, where export fails, a trace of one run on the inputs. The
+    placeholders that hold the model's parameters and unmutated buffers are marked `CONSTANT`."""
     import torch
 
     model = model.eval()
     with torch.no_grad():
         try:
-            return torch.export.export(model, tuple(example_inputs)).graph, "export"
+            program = torch.export.export(model, tuple(example_inputs))
         except Exception:  # export refuses much (data-dependent control flow, ...): trace instead
             return _record(model, example_inputs), "fx"
+    signature = program.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    constants = {*signature.inputs_to_parameters, *signature.inputs_to_lifted_tensor_constants,
+                 *(name for name, buffer in signature.inputs_to_buffers.items() if buffer not in mutated)}
+    for node in program.graph.nodes:
+        if node.op == "placeholder":
+            node.meta[CONSTANT] = node.name in constants
+    return program.graph, "export"
 
 
 def input_sets(example_inputs: Sequence[Any]) -> list[tuple[Any, ...]]:

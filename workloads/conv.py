@@ -9,7 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .epilogue import cast, with_epilogue
-from .workload import (DTYPES, EPILOGUES, Shape, Workload, apply_epilogue, check_choice, check_positive,
+from .workload import (DTYPES, EPILOGUES, Shape, Workload, apply_epilogue, check_choice, check_flag, check_positive,
                        epilogue_ops, epilogue_parts, finish)
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -103,6 +103,7 @@ class Conv2d(SlidingWindow, Workload):
     dilation: int = 1
     layout: str = "NCHW"
     epilogue: str | None = None
+    constant_weights: bool = False
     dtype: str = "float32"
 
     op = "conv2d"
@@ -183,6 +184,7 @@ class DepthwiseConv2d(SlidingWindow, Workload):
     padding: int = 0
     dilation: int = 1
     epilogue: str | None = None
+    constant_weights: bool = False
     dtype: str = "float32"
 
     op = "depthwise_conv2d"
@@ -232,26 +234,29 @@ class DepthwiseConv2d(SlidingWindow, Workload):
 
 def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, *, stride: int = 1,
            padding: int = 0, dilation: int = 1, layout: str = "NCHW", epilogue: str | None = None,
-           dtype: str = "float32") -> Conv2d:
+           constant_weights: bool = False, dtype: str = "float32") -> Conv2d:
     """A convolution layer: N x C x H x W images, K filters of R x S (OIHW for NCHW, HWIO for NHWC)."""
     N, C, H, W, K, R, S = (check_positive(n, v) for n, v in zip("NCHWKRS", (N, C, H, W, K, R, S)))
     conv = Conv2d(N, C, H, W, K, R, S,
                   stride=check_positive("stride", stride), padding=check_padding(padding),
                   dilation=check_positive("dilation", dilation), layout=check_choice("layout", layout, LAYOUTS),
-                  epilogue=check_choice("epilogue", epilogue, EPILOGUES), dtype=check_choice("dtype", dtype, DTYPES))
+                  epilogue=check_choice("epilogue", epilogue, EPILOGUES),
+                  constant_weights=check_flag("constant_weights", constant_weights),
+                  dtype=check_choice("dtype", dtype, DTYPES))
     conv.out_hw  # raises for a kernel larger than the padded input
     return conv
 
 
 def depthwise_conv2d(N: int, C: int, H: int, W: int, R: int, S: int, *, stride: int = 1,
                      padding: int = 0, dilation: int = 1, epilogue: str | None = None,
-                     dtype: str = "float32") -> DepthwiseConv2d:
+                     constant_weights: bool = False, dtype: str = "float32") -> DepthwiseConv2d:
     """A depthwise convolution: one R x S filter per channel of N x C x H x W images."""
     N, C, H, W, R, S = (check_positive(n, v) for n, v in zip("NCHWRS", (N, C, H, W, R, S)))
     conv = DepthwiseConv2d(N, C, H, W, R, S,
                            stride=check_positive("stride", stride), padding=check_padding(padding),
                            dilation=check_positive("dilation", dilation),
                            epilogue=check_choice("epilogue", epilogue, EPILOGUES),
+                           constant_weights=check_flag("constant_weights", constant_weights),
                            dtype=check_choice("dtype", dtype, DTYPES))
     conv.out_hw
     return conv

@@ -8,7 +8,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .epilogue import cast, with_epilogue
-from .workload import (DTYPES, EPILOGUES, Shape, Workload, apply_epilogue, check_choice, check_positive,
+from .workload import (DTYPES, EPILOGUES, Shape, Workload, apply_epilogue, check_choice, check_flag,
+                       check_positive,
                        epilogue_ops, epilogue_parts, finish)
 
 
@@ -21,6 +22,7 @@ class Matmul(Workload):
     K: int
     transpose_b: bool = False
     epilogue: str | None = None
+    constant_weights: bool = False
     dtype: str = "float32"
 
     op = "matmul"
@@ -119,11 +121,12 @@ class BatchMatmul(Workload):
 
 
 def matmul(M: int, N: int, K: int, *, transpose_b: bool = False, epilogue: str | None = None,
-           dtype: str = "float32") -> Matmul:
-    """A dense layer's product: A[M, K] @ B[K, N], B given as [N, K] when `transpose_b`."""
+           constant_weights: bool = False, dtype: str = "float32") -> Matmul:
+    """A dense layer's product: A[M, K] @ B[K, N], B given as [N, K] when `transpose_b`; B the
+    same on every call with `constant_weights` (see `Workload.constant_weights`)."""
     return Matmul(check_positive("M", M), check_positive("N", N), check_positive("K", K),
                   bool(transpose_b), check_choice("epilogue", epilogue, EPILOGUES),
-                  check_choice("dtype", dtype, DTYPES))
+                  check_flag("constant_weights", constant_weights), check_choice("dtype", dtype, DTYPES))
 
 
 def batch_matmul(B: int, M: int, N: int, K: int, *, transpose_b: bool = False,

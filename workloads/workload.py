@@ -22,6 +22,13 @@ def check_positive(name: str, value: Any) -> int:
     return int(value)
 
 
+def check_flag(name: str, value: Any) -> bool:
+    """Return `value` if it is a bool, or raise a ValueError naming the argument."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> Any:
     if value not in choices:
         shown = ", ".join(repr(c) for c in choices)
@@ -43,6 +50,19 @@ class Workload(ABC):
     @property
     def dtype(self) -> str:  # overridden by the dataclass field of every subclass
         raise NotImplementedError
+
+    @property
+    def constant_weights(self) -> bool:
+        """Whether the weight operand (input 1) is the same on every call, as a model's layers' are:
+        a kernel may then take it in a layout of its own, laid out once (not on every call), and
+        tuning times it so. A field of the workloads that have weights; False for the others."""
+        return False
+
+    def with_weights(self, *, constant: bool) -> "Workload":
+        """This workload with its weights constant or not; itself for an operator without weights."""
+        if not any(field.name == "constant_weights" for field in dataclasses.fields(self)):
+            return self
+        return dataclasses.replace(self, constant_weights=constant)  # type: ignore[call-arg]  # checked above
 
     @property
     def key(self) -> str:

@@ -10,6 +10,7 @@ and invalid configs raise `search.InvalidConfig` with a reason. Run with `-s` to
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import itertools
 import json
@@ -117,9 +118,9 @@ def test_cpu_configs_compile_and_match_reference(name):
 
 
 @pytest.mark.parametrize("name", ["matmul_33x20x17_transpose_b_bias_gelu", "conv2d_nchw_s2_p3",
-                                  "conv2d_nhwc_bias_relu", "batch_matmul_3x7x13x17"])
-def test_prepacked_weights_give_the_same_output_as_packing_on_every_call(name):
-    """A packing config with prepacked weights takes the input in `packed_weight`'s layout (made
+                                  "conv2d_nhwc_bias_relu"])
+def test_constant_weights_prepacked_give_the_same_output_as_packing_on_every_call(name):
+    """With constant weights, a packing config takes the weight in `packed_weight`'s layout (made
     once outside) and computes what the per-call packing kernel computes."""
     import torch
 
@@ -127,7 +128,8 @@ def test_prepacked_weights_give_the_same_output_as_packing_on_every_call(name):
     tpl = template(name, "llvm")
     configs = [c for c in sample(tpl, 40) if c.get("pack")][:4]
     assert configs, f"{workload.key}: no packing config sampled"
-    prepacked = tpl.with_prepacked_weights()
+    prepacked = search.template_for(dataclasses.replace(workload, constant_weights=True), "llvm")
+    assert prepacked.prepacked_weights and not tpl.prepacked_weights
     inputs = workload.random_inputs(1)
     expected = workload.reference(*inputs)
     dev = tvm.cpu()

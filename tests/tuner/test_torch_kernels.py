@@ -15,7 +15,7 @@ from search import resolve_target, template_for
 from tuner import load_optimized, optimize, save_optimized
 from tuner.analysis import kernel_layer_latency
 from tuner.result import Kernel
-from workloads import from_torch, matmul
+from workloads import from_key, from_torch, matmul
 
 
 class OddModel(nn.Module):
@@ -98,7 +98,7 @@ def test_each_input_set_gets_its_kernels_and_other_shapes_run_in_torch():
     model, sets = Tokens().eval(), [(torch.randn(1, 5, 6),), (torch.randn(1, 9, 6),)]
     suite = from_torch(model, sets)
     assert sorted(e.workload.key for e in suite) == sorted(
-        matmul(m, n, k, transpose_b=True, epilogue=e).key for m in (5, 9) for n, k, e in ((10, 6, "bias_gelu"),
+        matmul(m, n, k, transpose_b=True, epilogue=e, constant_weights=True).key for m in (5, 9) for n, k, e in ((10, 6, "bias_gelu"),
                                                                                          (6, 10, "bias")))
     fast = optimize(model, sets, _any_configs(model, sets))
     assert len(fast.graphs) == 2 and len(fast.kernels) == 4
@@ -160,6 +160,16 @@ def test_layers_without_a_kernel_stay_in_torch_with_a_warning():
     assert ops.count("autotune.kernel.default") == 6 and "aten.conv2d.default" in ops
 
 
+def test_configs_of_the_bare_operators_serve_layers_with_constant_weights(optimized):
+    """Records of the operators tuned with their weights given on every call (by `tune` on the bare
+    operator, or older than `constant_weights`) still give the model's layers their kernels."""
+    model, inputs, fast = optimized
+    bare = {from_key(key).with_weights(constant=False).key: config
+            for key, config in _any_configs(model, inputs).items()}
+    assert set(bare) != set(_any_configs(model, inputs))
+    assert optimize(model, inputs, bare).kernels.keys() == fast.kernels.keys()
+
+
 def test_a_kernel_that_computes_something_else_is_named(monkeypatch):
     model, inputs = _model()
     compile_layer = tuner.torch_kernels._compile
@@ -169,7 +179,7 @@ def test_a_kernel_that_computes_something_else_is_named(monkeypatch):
         if layer.module != "head":
             return kernel
         relu = dataclasses.replace(layer.workload, epilogue="bias_relu")  # same signature, other result
-        bad = Kernel(relu, target, config, prepacked_weights=packed_weight is not None)
+        bad = Kernel(relu.with_weights(constant=packed_weight is not None), target, config)
         return dataclasses.replace(kernel, function=bad.executable.mod["main"])
 
     monkeypatch.setattr(tuner.torch_kernels, "_compile", wrong)

@@ -164,3 +164,28 @@ def test_records_older_than_the_padding_knob_resume_as_inline_padding(tmp_path):
         asked = resumed.ask(8)
         assert not set(asked) & set(configs)
         resumed.tell(asked, _fake_results(resumed, asked))
+
+
+def test_constant_weights_are_timed_as_the_kernel_takes_them():
+    """Packing configs of a layer with constant weights are checked and timed with the weight laid
+    out beforehand (given as the workload lays it out, the kernel would fail), and the kernel made
+    from one takes it so."""
+    from search import template_for
+    from tuner import Harness
+    from tuner.result import Kernel
+
+    conv = workloads.conv2d(1, 8, 6, 6, 16, 3, 3, padding=1, epilogue="bias", constant_weights=True)
+    template = template_for(conv, "llvm")
+    sampled = template.space.sample(np.random.default_rng(0), 40)
+    configs = [c for c in sampled if template.packed_weight(c) is not None][:3]
+    assert configs
+    with Harness.local(template.target) as harness:
+        results = harness.measure(conv, template.target, configs)
+    assert all(r.ok for r in results), [r.message for r in results]
+    kernel = Kernel(conv, "llvm", configs[0])
+    inputs = conv.random_inputs(2)
+    assert kernel.packed_weight is not None
+    packed = [kernel.packed_weight.pack(x) if i == kernel.packed_weight.input else x for i, x in enumerate(inputs)]
+    np.testing.assert_allclose(kernel(*packed), conv.reference(*inputs), *conv.tolerance)
+    with pytest.raises(ValueError, match="packed"):
+        kernel(*inputs)

@@ -37,8 +37,8 @@ def test_the_zoo_is_covered_and_exported(name, captures):
 
 def test_bert_has_separate_qkv_and_a_pooler(captures):
     weights = {e.workload.key: e.weight for e in captures["bert_base"]}
-    assert weights[matmul(128, 768, 768, transpose_b=True, epilogue="bias").key] == 48
-    assert weights[matmul(1, 768, 768, transpose_b=True, epilogue="bias").key] == 1
+    assert weights[matmul(128, 768, 768, transpose_b=True, epilogue="bias", constant_weights=True).key] == 48
+    assert weights[matmul(1, 768, 768, transpose_b=True, epilogue="bias", constant_weights=True).key] == 1
 
 
 class SmallCNN(nn.Module):
@@ -61,9 +61,9 @@ class SmallCNN(nn.Module):
 def test_a_users_cnn_folds_batchnorm_and_lists_what_stays_in_torch():
     suite = from_torch(SmallCNN(), (torch.randn(1, 3, 7, 7),), name="small")
     keys = {e.workload.key for e in suite}
-    assert keys == {conv2d(1, 3, 7, 7, 10, 3, 3, padding=1, epilogue="bias_relu").key,
-                    depthwise_conv2d(1, 10, 7, 7, 3, 3, stride=2, padding=1, epilogue="bias").key,
-                    matmul(1, 7, 96, transpose_b=True, epilogue="bias").key}
+    assert keys == {conv2d(1, 3, 7, 7, 10, 3, 3, padding=1, epilogue="bias_relu", constant_weights=True).key,
+                    depthwise_conv2d(1, 10, 7, 7, 3, 3, stride=2, padding=1, epilogue="bias", constant_weights=True).key,
+                    matmul(1, 7, 96, transpose_b=True, epilogue="bias", constant_weights=True).key}
     assert any(op.startswith("conv2d (1)") for op in suite.left_to_torch)  # the grouped conv
     assert not any(op.startswith(("batch_norm", "relu")) for op in suite.left_to_torch)  # folded
     assert 0 < suite.coverage < 1 and suite.name == "small"
@@ -100,8 +100,33 @@ class BranchyCNN(nn.Module):
 def test_a_model_export_refuses_is_traced_instead():
     suite = from_torch(BranchyMLP(), (torch.randn(3, 13),))
     assert suite.method == "fx"
-    assert {e.workload.key for e in suite} == {matmul(3, 29, 13, transpose_b=True, epilogue="bias_relu").key,
-                                              matmul(3, 5, 29, transpose_b=True, epilogue="bias").key}
+    assert {e.workload.key for e in suite} == {matmul(3, 29, 13, transpose_b=True, epilogue="bias_relu", constant_weights=True).key,
+                                              matmul(3, 5, 29, transpose_b=True, epilogue="bias", constant_weights=True).key}
     assert suite.coverage == 1.0
     cnn = from_torch(BranchyCNN(), (torch.randn(1, 3, 6, 6),))
-    assert cnn.method == "fx" and [e.workload.key for e in cnn] == [conv2d(1, 3, 6, 6, 4, 3, 3, epilogue="bias_relu").key]
+    assert cnn.method == "fx" and [e.workload.key for e in cnn] == [
+        conv2d(1, 3, 6, 6, 4, 3, 3, epilogue="bias_relu", constant_weights=True).key]
+
+
+class Products(nn.Module):
+    """A layer's weight (a parameter) beside products of values computed from the input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 6, bias=False)
+
+    def forward(self, x: torch.Tensor, branch: bool = False) -> torch.Tensor:
+        h = self.proj(x)
+        out = h @ h.t() + (h @ torch.ones(6, 6)).sum()
+        return -out if branch and out.sum() > 0 else out
+
+
+@pytest.mark.parametrize("branch", [False, True], ids=["export", "fx"])
+def test_only_the_models_own_weights_are_constant(branch):
+    """A product whose right side is a parameter has constant weights (its kernel may take them
+    laid out once); one whose right side is computed on every call has not."""
+    suite = from_torch(Products(), (torch.randn(4, 8), branch))
+    assert suite.method == ("fx" if branch else "export")
+    constant = {e.workload.key: e.workload.constant_weights for e in suite}
+    assert constant == {matmul(4, 6, 8, transpose_b=True, constant_weights=True).key: True,
+                        matmul(4, 4, 6, transpose_b=True).key: False, matmul(4, 6, 6).key: False}

@@ -173,12 +173,24 @@ CALLS = [  # constructor calls of pairwise different workloads
     "conv2d(1, 3, 9, 9, 4, 3, 3, epilogue='bias_relu', dtype='float16')",
     "depthwise_conv2d(1, 3, 9, 9, 3, 3)",
     "depthwise_conv2d(1, 3, 9, 9, 3, 3, epilogue='relu')",
+    "matmul(4, 4, 4, transpose_b=True, constant_weights=True)",
+    "conv2d(1, 3, 9, 9, 4, 3, 3, constant_weights=True)",
+    "depthwise_conv2d(1, 3, 9, 9, 3, 3, constant_weights=True)",
 ]
 DISTINCT = [eval(call, vars(workloads)) for call in CALLS]
 
 
 def test_keys_distinct():
     assert len({w.key for w in DISTINCT}) == len(DISTINCT)
+
+
+def test_constant_weights_are_a_weighted_operators_alone():
+    """Operators with a weight operand switch it either way; attention's products have none."""
+    layer = conv2d(1, 3, 9, 9, 4, 3, 3, epilogue="bias")
+    assert layer.with_weights(constant=True).constant_weights
+    assert layer.with_weights(constant=True).with_weights(constant=False) == layer
+    scores = batch_matmul(2, 4, 4, 8)
+    assert scores.with_weights(constant=True) is scores and not scores.constant_weights
 
 
 @pytest.mark.parametrize("w", DISTINCT, ids=str)
@@ -251,6 +263,7 @@ def test_bert_base_layers():
     (lambda: matmul(4, 4, 4, epilogue="tanh"), "epilogue must be one of .*, got 'tanh'"),
     (lambda: conv2d(1, 3, 8, 8, 4, 3, 3, padding=-1), "padding must be a non-negative integer, got -1"),
     (lambda: depthwise_conv2d(1, 3, 8, 8, 3, 3, padding=-2), "padding must be a non-negative integer, got -2"),
+    (lambda: matmul(4, 4, 4, constant_weights="yes"), "constant_weights must be True or False, got 'yes'"),
     (lambda: load_suite("vgg16"), "unknown suite 'vgg16'"),
     (lambda: workloads.make("softmax", N=4), "unknown operator 'softmax'"),
     (lambda: from_key("matmul 4x4x4"), "not a workload key: 'matmul 4x4x4'"),

