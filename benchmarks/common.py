@@ -284,20 +284,31 @@ class Timer:
         rtol, atol = self.workload.tolerance
         return bool(np.allclose(values, self.reference, rtol=rtol, atol=atol))
 
-    def check(self, module: Any) -> bool:
+    def _args(self, inputs: Sequence[np.ndarray] | None) -> list[Any]:
+        """The workload's inputs (or `inputs`, as a kernel with a weight laid out its own way takes
+        them) on the device, and the output."""
+        import tvm
+
+        if inputs is None:
+            return self.args
+        return [tvm.runtime.tensor(x, self.device) for x in inputs] + self.args[len(self.inputs):]
+
+    def check(self, module: Any, inputs: Sequence[np.ndarray] | None = None) -> bool:
         """Whether a TVM kernel computes the reference; its output is poisoned first, so that a
         kernel which writes nothing fails."""
         out = self.args[-1]
         out.copyfrom(np.full(out.shape, np.nan, dtype=self.workload.dtype))
-        module["main"](*self.args)
+        module["main"](*self._args(inputs))
         return self.matches(out.numpy())
 
-    def tvm(self, module: Any, protocol: TimingProtocol | None = None) -> float:
-        """Median seconds of a TVM kernel (`protocol` overrides the timer's)."""
+    def tvm(self, module: Any, protocol: TimingProtocol | None = None,
+            inputs: Sequence[np.ndarray] | None = None) -> float:
+        """Median seconds of a TVM kernel (`protocol` overrides the timer's) on the workload's
+        inputs, or on `inputs`."""
         p = protocol or self.protocol
         evaluator = module.time_evaluator("main", self.device, number=p.number, repeat=p.repeat, min_repeat_ms=p.min_ms,
                                           f_preproc="" if self.cuda else "cache_flush_cpu_non_first_arg")
-        return float(evaluator(*self.args).median)
+        return float(evaluator(*self._args(inputs)).median)
 
     def python(self, fn: Callable[[], Any], protocol: TimingProtocol | None = None) -> float:
         """Median seconds of a callable, in the loops `time_evaluator` would time it in."""
@@ -435,6 +446,9 @@ class MetaScheduleRun:
     seconds: float  # from the start of tuning to the compiled best program
     curve: list[tuple[float, float]]  # (seconds, best GFLOPS so far) after each measured candidate
     latencies: list[float]  # seconds, by MetaSchedule's own runner, of each candidate that ran
+    # with constant weights: the best program without its weight layout rewrite, as MetaSchedule
+    # timed it (the rewrite done once, ahead), and the input shapes it takes
+    timed: tuple[Any, list[tuple[int, ...]]] | None = None
 
     @property
     def best_latency(self) -> float | None:
@@ -469,7 +483,12 @@ def tune_metaschedule(workload: Workload, target: TargetInfo, trials: int, *, se
     from tvm.s_tir import meta_schedule as ms
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    mod = tvm.IRModule({"main": workload.prim_func()})
+    func = workload.prim_func()
+    if workload.constant_weights:  # its RewriteLayout may lay the weight out once, as in Relax's flow
+        from workloads.workload import WEIGHT_INPUT
+
+        func = func.with_attr("layout_free_buffers", [WEIGHT_INPUT])
+    mod = tvm.IRModule({"main": func})
     runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
         number=evaluator.number, repeat=evaluator.repeat, min_repeat_ms=evaluator.min_ms,
         enable_cpu_cache_flush=not target.is_cuda))
@@ -487,4 +506,12 @@ def tune_metaschedule(workload: Workload, target: TargetInfo, trials: int, *, se
     if schedule is None:
         raise RuntimeError(f"MetaSchedule found no working program of {workload.key}")
     module = tvm.compile(schedule.mod, target=target.tvm).mod
-    return MetaScheduleRun(module, str(schedule.trace), time.monotonic() - started, curve, latencies)
+    timed = None
+    if workload.constant_weights:
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        ahead = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(schedule.mod)
+        func = ahead["main"]
+        shapes = [tuple(int(d) for d in param.shape) for param in func.params]  # 0.27: params are buffers
+        timed = (tvm.compile(ahead, target=target.tvm).mod, shapes[:len(workload.input_shapes)])
+    return MetaScheduleRun(module, str(schedule.trace), time.monotonic() - started, curve, latencies, timed)

@@ -30,12 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from benchmarks.common import (BUILDER_TIMEOUT_S, RESULTS, Quiet, Timer, Timing, TimingProtocol, command, fmt,
                                host_facts, machine, machine_line, percent, plot_roofline, roofline_columns, today,
                                tune_metaschedule, vendor_sides, versions, write_report)
 
 if TYPE_CHECKING:
-    from search import Config, TargetInfo
+    from search import Config, PackedWeight, TargetInfo
     from search.records import MeasureResult
     from tuner import Measurer
     from tuner.measure import OnResult
@@ -64,13 +66,34 @@ MIXED_DOZEN = (
 
 @dataclass
 class Run:
-    """One tuner's run: its best program, wall time, and best-so-far curve."""
+    """One tuner's run: its best program, wall time, and best-so-far curve. With constant weights,
+    each tuner's program takes the weight as it laid it out once, ahead of the calls timed."""
 
     module: Any  # runtime module of the best kernel
     tune_s: float
     curve: list[tuple[float, float]] = field(default_factory=list)  # (seconds, best GFLOPS) per trial
     measure_s: float | None = None  # seconds spent building and running candidates (ours only)
     best_config: dict | None = None  # ours only
+    packed_weight: PackedWeight | None = None  # ours: the weight its kernel takes packed
+    timed: tuple[Any, list[tuple[int, ...]]] | None = None  # MetaSchedule's: see `MetaScheduleRun.timed`
+
+    def inputs(self, workload_inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The inputs `module` takes, from the workload's (its weight packed, if it takes it so)."""
+        packing = self.packed_weight
+        if packing is None:
+            return workload_inputs
+        return [packing.pack(x) if i == packing.input else x for i, x in enumerate(workload_inputs)]
+
+    def timing(self, workload_inputs: list[np.ndarray]) -> tuple[Any, list[np.ndarray]]:
+        """The module to time and its inputs: `module` on `inputs`, or the `timed` program with a
+        weight of its own layout's shape (values random: the layout's values are made by the
+        rewrite it leaves out, which `module` checked)."""
+        if self.timed is None:
+            return self.module, self.inputs(workload_inputs)
+        module, shapes = self.timed
+        rng = np.random.default_rng(0)
+        return module, [x if x.shape == shape else rng.uniform(-1.0, 1.0, shape).astype(x.dtype)
+                        for x, shape in zip(workload_inputs, shapes)]
 
 
 Tuner = Callable[["Workload", "TargetInfo", int, int], Run]  # (workload, target, trials, seed) -> Run
@@ -109,14 +132,15 @@ def run_ours(workload: Workload, target: TargetInfo, trials: int, seed: int) -> 
         measurer.close()
     wall = time.monotonic() - started
     curve = list(zip(result.trace["elapsed_s"].astype(float), result.trace["best_gflops"].astype(float)))
-    return Run(result.compile().executable.mod, wall, curve, measurer.seconds, result.best_config.to_json())
+    kernel = result.compile()
+    return Run(kernel.executable.mod, wall, curve, measurer.seconds, result.best_config.to_json(), kernel.packed_weight)
 
 
 def run_metaschedule(workload: Workload, target: TargetInfo, trials: int, seed: int,
                      builder_timeout_s: float) -> Run:
     """MetaSchedule's run with its runner timing as ours does (1 call x 3 repeats, >= 20 ms each)."""
     run = tune_metaschedule(workload, target, trials, seed=seed, builder_timeout_s=builder_timeout_s)
-    return Run(run.module, run.seconds, run.curve)
+    return Run(run.module, run.seconds, run.curve, timed=run.timed)
 
 
 def reach(curve: list[tuple[float, float]], gflops: float) -> tuple[int | None, float | None]:
@@ -132,9 +156,10 @@ def retime(workload: Workload, target: TargetInfo, runs: dict[str, Run], rounds:
     checked against the reference first."""
     timer = Timer(workload, target.device_type, TIMING)
     for name, run in runs.items():
-        if not timer.check(run.module):
+        if not timer.check(run.module, run.inputs(timer.inputs)):
             raise AssertionError(f"{workload.key}: the kernel {name} tuned gives a wrong result")
-    sides = {name: (lambda module=run.module: timer.tvm(module)) for name, run in runs.items()}
+    sides = {name: (lambda timed=run.timing(timer.inputs): timer.tvm(timed[0], inputs=timed[1]))
+             for name, run in runs.items()}
     sides.update(vendor_sides(timer))
     quiet = Quiet(cores=QUIET_CORES, wait_s=QUIET_WAIT_S)
     return {name: quiet.kept(timings) for name, timings in quiet.head_to_head(sides, rounds).items()}

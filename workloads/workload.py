@@ -13,6 +13,7 @@ DTYPES = ("float32", "float16")
 EPILOGUES = (None, "bias", "relu", "bias_relu", "gelu", "bias_gelu")
 
 Shape = tuple[int, ...]
+WEIGHT_INPUT = 1  # the position of an operator's weight among its inputs (B of a matmul, a conv's filters)
 
 
 def check_positive(name: str, value: Any) -> int:
@@ -53,9 +54,9 @@ class Workload(ABC):
 
     @property
     def constant_weights(self) -> bool:
-        """Whether the weight operand (input 1) is the same on every call, as a model's layers' are:
-        a kernel may then take it in a layout of its own, laid out once (not on every call), and
-        tuning times it so. A field of the workloads that have weights; False for the others."""
+        """Whether the weight (input `WEIGHT_INPUT`) is the same on every call, as a model's layers'
+        are: a kernel may then take it in a layout of its own, laid out once (not on every call),
+        and tuning times it so. A field of the workloads that have weights; False for the others."""
         return False
 
     def with_weights(self, *, constant: bool) -> "Workload":
