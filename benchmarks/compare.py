@@ -79,10 +79,7 @@ class Run:
 
     def inputs(self, workload_inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The inputs `module` takes, from the workload's (its weight packed, if it takes it so)."""
-        packing = self.packed_weight
-        if packing is None:
-            return workload_inputs
-        return [packing.pack(x) if i == packing.input else x for i, x in enumerate(workload_inputs)]
+        return workload_inputs if self.packed_weight is None else self.packed_weight.packed_inputs(workload_inputs)
 
     def timing(self, workload_inputs: list[np.ndarray]) -> tuple[Any, list[np.ndarray]]:
         """The module to time and its inputs: `module` on `inputs`, or the `timed` program with a

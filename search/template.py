@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Hashable
 
@@ -45,6 +46,10 @@ class PackedWeight:
         if isinstance(x, np.ndarray):
             return np.ascontiguousarray(split.transpose(order))
         return split.permute(*order).contiguous()
+
+    def packed_inputs(self, inputs: Sequence[Any]) -> list[Any]:
+        """A workload's inputs as the kernel takes them: this one packed, the others as they are."""
+        return [self.pack(x) if i == self.input else x for i, x in enumerate(inputs)]
 
 
 class Template(ABC):

@@ -185,7 +185,7 @@ def test_constant_weights_are_timed_as_the_kernel_takes_them():
     kernel = Kernel(conv, "llvm", configs[0])
     inputs = conv.random_inputs(2)
     assert kernel.packed_weight is not None
-    packed = [kernel.packed_weight.pack(x) if i == kernel.packed_weight.input else x for i, x in enumerate(inputs)]
-    np.testing.assert_allclose(kernel(*packed), conv.reference(*inputs), *conv.tolerance)
+    np.testing.assert_allclose(kernel(*kernel.packed_weight.packed_inputs(inputs)), conv.reference(*inputs),
+                               *conv.tolerance)
     with pytest.raises(ValueError, match="packed"):
         kernel(*inputs)

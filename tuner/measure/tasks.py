@@ -97,7 +97,7 @@ def run(task: RunTask) -> dict[str, Any]:
     module = load(task.library)
     inputs, expected = checked_inputs(task.workload, task.seed)
     if task.packed_weight is not None:  # packed here, outside the timed calls, as a model's layer packs it
-        inputs = [task.packed_weight.pack(x) if i == task.packed_weight.input else x for i, x in enumerate(inputs)]
+        inputs = task.packed_weight.packed_inputs(inputs)
     args = [tvm.runtime.tensor(x, device) for x in inputs]
     args += [tvm.runtime.empty(shape, workload.dtype, device) for shape in workload.output_shapes]
     module["main"](*args)
