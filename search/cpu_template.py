@@ -145,6 +145,8 @@ class CPUTemplate(Template):
         # in unrolled nests for minutes)
         if len(writeback_loops) > attach_depth and vec == s.spatial[-1]:
             self.vectorize_innermost(sch, writeback_loops[-1])
+        if placement != "inline":
+            self.split_rows_by_phase(sch, vec)
 
     def place_padding(self, sch: Schedule, loop: LoopRV) -> None:
         """Copy the padded window that the iterations of `loop` read, at its start: the
@@ -154,6 +156,17 @@ class CPUTemplate(Template):
         innermost = sch.get_loops(pad)[-1]
         if int(sch.get(innermost).extent) <= VECTOR_ROW_REGISTERS * self.lanes:
             self.vectorize_innermost(sch, innermost)
+
+    def split_rows_by_phase(self, sch: Schedule, vec: int) -> None:
+        """Where the vectorized axis walks the copied window's rows with a stride (a strided
+        convolution vectorized along its output width), lay each row out by phase, w -> (w % stride,
+        w // stride), so that the vector loads read consecutive elements instead of every
+        stride-th one. The copy costs the same either way."""
+        pad = sch.get_sblock(self.structure.pad_block)
+        (window,) = [access for access in self.structure.reads if not access.is_input]
+        stride = abs(window.coefficients[-1][vec])  # how far axis `vec` steps along a row
+        if stride > 1 and int(sch.get(pad).writes[0].source.shape[-1]) % stride == 0:
+            sch.transform_layout(pad, ("write", 0), lambda *idx: (*idx[:-1], idx[-1] % stride, idx[-1] // stride))
 
     @staticmethod
     def vectorize_innermost(sch: Schedule, loop: LoopRV) -> None:

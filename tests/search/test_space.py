@@ -168,6 +168,30 @@ def test_every_padding_placement_gives_the_reference_output(name):
             np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance, err_msg=f"{placed.id} {placement}")
 
 
+@pytest.mark.parametrize("workload", [depthwise_conv2d(1, 5, 10, 12, 3, 3, stride=2, padding=1, epilogue="bias"),
+                                      conv2d(1, 3, 10, 12, 4, 3, 3, stride=2, padding=1)], ids=str)
+def test_strided_rows_copied_by_phase_give_the_reference_output(workload):
+    """A stride-2 convolution vectorized along its output width, its padded window copied: the copy
+    lays each row out by phase (w -> (w % 2, w // 2): the vector loads read consecutive elements),
+    and the kernel computes the reference."""
+    tpl = search.template_for(workload, "llvm")
+    inputs = workload.random_inputs(3)
+    expected = workload.reference(*inputs)
+    n, c, h, w = workload.input_shapes[0]
+    by_phase = f"T.sblock_alloc_buffer(({n}, {c}, {h + 2}, 2, {(w + 2) // 2}))"
+    configs = [c.replace(vector_axis="w", pack=0) for c in sample(tpl, 4, seed=SEED + 3)]
+    for config in configs:
+        for placement in ("task", "tile"):
+            program = tpl.apply(config.replace(pad_at=placement))
+            assert by_phase in program.mod.script(), placement
+            ex = tvm.compile(program.mod, target=tpl.target.tvm)
+            out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), tvm.cpu())
+            ex(*[tvm.runtime.tensor(x, tvm.cpu()) for x in inputs], out)
+            np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance, err_msg=f"{config.id} {placement}")
+    channels = tpl.structure.axis_names[1]  # vectorized along channels, the rows are read one element at a time
+    assert by_phase not in tpl.apply(configs[0].replace(vector_axis=channels, pad_at="task")).mod.script()
+
+
 def test_configs_recorded_before_padding_placement_mean_inline_padding():
     """Records written before the `pad_at` knob existed stay valid and name the same program."""
     tpl = template("depthwise_s2_p3", "llvm")
