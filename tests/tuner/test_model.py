@@ -74,9 +74,11 @@ def test_an_mlp_is_tuned_on_this_cpu_into_correct_kernels(tmp_path):
                         progress=False)
     assert len(result.suite) == 2
     for tuned in result.tuned.results.values():
+        assert tuned.workload.constant_weights  # the Linears' weights: laid out once, where a config packs them
         kernel = tuned.compile()
         inputs = tuned.workload.random_inputs(1)
-        np.testing.assert_allclose(kernel(*inputs), tuned.workload.reference(*inputs), *tuned.workload.tolerance)
+        given = inputs if kernel.packed_weight is None else kernel.packed_weight.packed_inputs(inputs)
+        np.testing.assert_allclose(kernel(*given), tuned.workload.reference(*inputs), *tuned.workload.tolerance)
 
 
 def test_a_model_with_nothing_to_tune_is_a_clear_error():
