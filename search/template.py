@@ -47,6 +47,10 @@ class PackedWeight:
             return np.ascontiguousarray(split.transpose(order))
         return split.permute(*order).contiguous()
 
+    def packed_shapes(self, shapes: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+        """A workload's input shapes as the kernel takes them: this one's packed."""
+        return tuple(self.packed_shape(tuple(s)) if i == self.input else tuple(s) for i, s in enumerate(shapes))
+
     def packed_inputs(self, inputs: Sequence[Any]) -> list[Any]:
         """A workload's inputs as the kernel takes them: this one packed, the others as they are."""
         return [self.pack(x) if i == self.input else x for i, x in enumerate(inputs)]

@@ -137,9 +137,9 @@ def kernel_layer_latency(module: OptimizedModule, min_s: float = 0.05, repeat: i
     for (key, _), kernel in sorted(module.kernels.items(), key=lambda item: not item[0][1]):
         if key in latencies:  # a layer kind run both ways: the prepacked kernel, as weights are constant
             continue
-        packing = kernel.packed_weight
-        shapes = [packing.packed_shape(tuple(s)) if packing and i == packing.input else tuple(s)
-                  for i, s in enumerate(kernel.workload.input_shapes)]
+        shapes = kernel.workload.input_shapes
+        if kernel.packed_weight is not None:
+            shapes = kernel.packed_weight.packed_shapes(shapes)
         inputs = [torch.randn(shape, dtype=kernel.dtype) for shape in shapes]
         kernel_id = ids[id(kernel)]
         latencies[key] = _median_seconds(lambda: run_kernel(kernel_id, inputs), min_s, repeat)

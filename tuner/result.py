@@ -70,11 +70,10 @@ class Kernel:
     @property
     def input_shapes(self) -> tuple[tuple[int, ...], ...]:
         """The shapes the kernel takes: the workload's, a prepacked weight's in its packed layout."""
-        shapes = tuple(tuple(shape) for shape in self.workload.input_shapes)
+        shapes = self.workload.input_shapes
         if self.packed_weight is None:
-            return shapes
-        index = self.packed_weight.input
-        return shapes[:index] + (self.packed_weight.packed_shape(shapes[index]),) + shapes[index + 1:]
+            return tuple(tuple(shape) for shape in shapes)
+        return self.packed_weight.packed_shapes(shapes)
 
     def _device(self) -> Any:
         import tvm
