@@ -9,6 +9,8 @@ The records train and test the shipped cost model and serve the replay benchmark
     python -m benchmarks.collect --set other-host --per-workload 150 --seed 4 --records cpu_znver4.jsonl
     python -m benchmarks.collect --set other-host --per-workload 100 --seed 6 --records cpu_rocketlake.jsonl
     python -m benchmarks.collect --set dense --per-workload 200 --seed 7 --passes 2 --records cpu_rocketlake.jsonl
+    python -m benchmarks.collect --workloads <other-host's four stride-2 convs> --per-workload 150 --seed 8 \
+        --records cpu_rocketlake.jsonl  # after dropping their configs whose program the phase split changed
 A new CPU's first set can also hold workloads that no set has (`--workloads`), kept apart from the
 training files, to test the shipped model as a user on that CPU meets it (`benchmarks/data/heldout-*`):
     python -m benchmarks.collect --workloads "matmul(M=197,N=3072,K=768,transpose_b=True,float32)" \

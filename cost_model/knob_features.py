@@ -89,8 +89,9 @@ def knob_features(template: Template, config: Config) -> dict[str, float]:
     features["log_reduce_outer"] = _log(math.prod(parts[a][0] for a in reduce))
     vec = s.axis_names.index(config["vector_axis"])
     packed = template.packed_operand(vec) if config.get("pack") else None  # type: ignore[attr-defined]
-    for index, strides in enumerate(_strides(s)):
-        stride = 1 if index == packed else abs(strides[vec])
+    by_phase = template.phase_stride(config) > 1  # type: ignore[attr-defined]
+    for index, (access, strides) in enumerate(zip(s.reads, _strides(s))):
+        stride = 1 if index == packed or (by_phase and not access.is_input) else abs(strides[vec])
         kind = "broadcast" if stride == 0 else "contiguous" if stride == 1 else "strided"
         features[f"vector_reads_{kind}"] += 1
     features["vector_is_last_axis"] = float(vec == spatial[-1])

@@ -145,8 +145,8 @@ class CPUTemplate(Template):
         # in unrolled nests for minutes)
         if len(writeback_loops) > attach_depth and vec == s.spatial[-1]:
             self.vectorize_innermost(sch, writeback_loops[-1])
-        if placement != "inline":
-            self.split_rows_by_phase(sch, vec)
+        if self.phase_stride(config) > 1:
+            self.split_rows_by_phase(sch, self.phase_stride(config))
 
     def place_padding(self, sch: Schedule, loop: LoopRV) -> None:
         """Copy the padded window that the iterations of `loop` read, at its start: the
@@ -157,16 +157,22 @@ class CPUTemplate(Template):
         if int(sch.get(innermost).extent) <= VECTOR_ROW_REGISTERS * self.lanes:
             self.vectorize_innermost(sch, innermost)
 
-    def split_rows_by_phase(self, sch: Schedule, vec: int) -> None:
-        """Where the vectorized axis walks the copied window's rows with a stride (a strided
-        convolution vectorized along its output width), lay each row out by phase, w -> (w % stride,
-        w // stride), so that the vector loads read consecutive elements instead of every
+    def phase_stride(self, config: Config) -> int:
+        """The stride by whose phases the copied window's rows are laid out (`split_rows_by_phase`),
+        or 1: where the vectorized axis walks those rows with a stride (a strided convolution
+        vectorized along its output width) and the padded width divides by it."""
+        if self.pad_at(config) == "inline":
+            return 1
+        (window,) = [access for access in self.structure.reads if not access.is_input]
+        stride = abs(window.coefficients[-1][self.vector_axis(config)])  # how far that axis steps along a row
+        return stride if stride > 1 and window.shape[-1] % stride == 0 else 1
+
+    def split_rows_by_phase(self, sch: Schedule, stride: int) -> None:
+        """Lay each row of the copied window out by phase, w -> (w % stride, w // stride), so that
+        vector loads stepping `stride` along a row read consecutive elements instead of every
         stride-th one. The copy costs the same either way."""
         pad = sch.get_sblock(self.structure.pad_block)
-        (window,) = [access for access in self.structure.reads if not access.is_input]
-        stride = abs(window.coefficients[-1][vec])  # how far axis `vec` steps along a row
-        if stride > 1 and int(sch.get(pad).writes[0].source.shape[-1]) % stride == 0:
-            sch.transform_layout(pad, ("write", 0), lambda *idx: (*idx[:-1], idx[-1] % stride, idx[-1] // stride))
+        sch.transform_layout(pad, ("write", 0), lambda *idx: (*idx[:-1], idx[-1] % stride, idx[-1] // stride))
 
     @staticmethod
     def vectorize_innermost(sch: Schedule, loop: LoopRV) -> None:

@@ -17,6 +17,7 @@ class Access:
     buffer: str
     coefficients: tuple[tuple[int, ...], ...]  # [dim][axis]
     is_input: bool  # a function parameter (not the padding stage)
+    shape: tuple[int, ...]  # the buffer's
 
     def footprint(self, tile: tuple[int, ...]) -> int:
         """Elements touched when every axis `a` sweeps `tile[a]` consecutive values."""
@@ -74,7 +75,8 @@ def analyze(workload: Workload) -> Structure:
             if len(coeffs) != len(axis_vars) + 1:
                 raise ValueError(f"{workload.key}: non-affine access to {region.source.name}")
             coefficients.append(tuple(int(c) for c in list(coeffs)[:-1]))
-        reads.append(Access(region.source.name, tuple(coefficients), region.source.name in params))
+        reads.append(Access(region.source.name, tuple(coefficients), region.source.name in params,
+                            tuple(int(n) for n in region.source.shape)))
     producers = [sch.get(b).name_hint for b in sch.get_producers(block_rv)]
     consumers = [sch.get(b).name_hint for b in sch.get_consumers(block_rv)]
     return Structure(

@@ -214,6 +214,24 @@ def test_knob_features_follow_the_loop_nest_without_lowering():
     assert f["tasks_per_core"] == 1 and f["accumulator_registers"] == 8 and f["vector_is_last_axis"] == 1
 
 
+def test_knob_features_read_a_window_split_by_phase_as_contiguous():
+    """A stride-2 depthwise conv vectorized along its output width: its window's vector loads step
+    by 2 when the padding is read in place, by 1 when the copied window is laid out by phase
+    (`CPUTemplate.split_rows_by_phase`); its weight is broadcast either way."""
+    from cost_model.knob_features import knob_features
+
+    template = search.template_for(workloads.depthwise_conv2d(1, 8, 12, 12, 3, 3, stride=2, padding=1), "llvm")
+    config = template.check(template.space.sample(np.random.default_rng(0), 1)[0].replace(vector_axis="w", pack=0))
+
+    def vector_reads(pad_at: str) -> tuple[float, float, float]:
+        f = knob_features(template, config.replace(pad_at=pad_at))
+        return f["vector_reads_contiguous"], f["vector_reads_broadcast"], f["vector_reads_strided"]
+
+    assert vector_reads("inline") == (0, 1, 1)
+    assert vector_reads("task") == vector_reads("tile") == (1, 1, 0)
+    assert template.phase_stride(config.replace(pad_at="task")) == 2
+
+
 def test_cpu_features_skip_per_store_unless_asked_and_agree_on_the_rest():
     from cost_model.features import BASE_COLUMNS, reads_per_store
 
