@@ -30,7 +30,7 @@ import torch
 from search import Config, PackedWeight, TargetInfo, resolve_target, template_for
 from search.records import RecordStore
 from workloads import Workload, from_key, input_sets
-from workloads.capture import NO_TRAINING_BATCH_NORM, Layer, LayerMatcher, module_name, op_name
+from workloads.capture import NO_TRAINING_BATCH_NORM, Layer, LayerMatcher, module_name, op_name, written_in_place
 
 from .result import Kernel, aligned, run_on_target_cores
 
@@ -83,12 +83,13 @@ def _constant(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor:
     return value
 
 
-def _constant_or_none(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor | None:
-    """The value of a get_attr node, or of a reshape of one; None for a value computed from the inputs."""
+def _constant_or_none(gm: torch.fx.GraphModule, node: Any, mutated: set[str]) -> torch.Tensor | None:
+    """The value of a get_attr node, or of a reshape of one; None for a value computed from the
+    inputs or a buffer the model changes (named in `mutated`): a copy packed once would go stale."""
     if node.op == "get_attr":
-        return _constant(gm, node)
+        return None if str(node.target) in mutated else _constant(gm, node)
     if node.op == "call_function" and node.target is torch.ops.aten.reshape.default:
-        value = _constant_or_none(gm, node.args[0])
+        value = _constant_or_none(gm, node.args[0], mutated)
         return value.reshape(node.args[1]) if value is not None else None
     return None
 
@@ -96,8 +97,8 @@ def _constant_or_none(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor | Non
 class _Rewriter:
     """Replaces one layer's nodes in the exported module's graph by a kernel call."""
 
-    def __init__(self, gm: torch.fx.GraphModule):
-        self.gm, self.graph = gm, gm.graph
+    def __init__(self, gm: torch.fx.GraphModule, mutated: set[str]):
+        self.gm, self.graph, self.mutated = gm, gm.graph, mutated
         self.buffers = 0
 
     def _reshape(self, node: Any, shape: Sequence[int]) -> Any:
@@ -149,7 +150,7 @@ class _Rewriter:
             else:
                 inputs = self.product_inputs(node, layer.workload)
             packing = kernels.packed_weight(layer.workload)
-            weight = _constant_or_none(self.gm, inputs[packing.input]) if packing is not None else None
+            weight = _constant_or_none(self.gm, inputs[packing.input], self.mutated) if packing is not None else None
             if packing is not None and weight is not None:
                 inputs[packing.input] = self._buffer(packing.pack(weight))
             kernel_id = kernels.register(layer, packing if weight is not None else None)
@@ -361,7 +362,9 @@ def _optimized_graph(model: torch.nn.Module, inputs: tuple[Any, ...], kernels: _
     layers = [replace(layer, module=module_name(node)) for node in list(gm.graph.nodes)
               if (layer := matcher.match(node)) is not None]
     replaced: dict[str, str] = {}  # output node of the original layer -> output node of its kernel
-    rewriter = _Rewriter(gm)
+    mutated = {*exported.graph_signature.buffers_to_mutate.values(),  # buffers the model changes as it runs
+               *(str(node.target) for node in written_in_place(gm.graph) if node.op == "get_attr")}
+    rewriter = _Rewriter(gm, mutated)
     for layer in layers:
         if kernels.config(layer.workload) is None:
             continue
@@ -369,7 +372,7 @@ def _optimized_graph(model: torch.nn.Module, inputs: tuple[Any, ...], kernels: _
         replaced[last] = rewriter.replace(layer, kernels).name
     gm.graph.eliminate_dead_code()
     gm.recompile()
-    _check(original, gm, inputs, replaced, {n.name: n for n in original.graph.nodes})
+    _check(original, gm, inputs, replaced, {n.name: n for n in original.graph.nodes}, mutated)
     return gm
 
 
@@ -415,11 +418,29 @@ def load_optimized(model: torch.nn.Module, example_inputs: Sequence[Any], direct
     return _optimize(model, example_inputs, lambda workload: configs.get(workload.key), resolved, libraries)
 
 
+def _state_restorer(modules: Sequence[torch.nn.Module], mutated: set[str]) -> Callable[[], None]:
+    """A function that puts the `mutated` buffers of `modules` back as they are now, in place (the
+    modules share them with the model)."""
+    saved = [(buffer, buffer.detach().clone()) for module in modules for name in mutated
+             for buffer in [module.get_buffer(name)]]
+
+    def restore() -> None:
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
+
+    return restore
+
+
 def _check(original: torch.fx.GraphModule, optimized: torch.fx.GraphModule, inputs: Sequence[Any],
-           replaced: dict[str, str], nodes: dict[str, Any]) -> None:
-    """Each replaced layer's output against the original's, in graph order, then the outputs."""
+           replaced: dict[str, str], nodes: dict[str, Any], mutated: set[str]) -> None:
+    """Each replaced layer's output against the original's, in graph order, then the outputs; every
+    run from the same state of the buffers the model changes, which are left as they were."""
+    restore = _state_restorer([original, optimized], mutated)
     expected = _values(original, inputs, set(replaced))
+    restore()
     got = _values(optimized, inputs, set(replaced.values()))
+    restore()
     for name in (n for n in nodes if n in replaced):
         want, have = expected[name], got[replaced[name]]
         if not torch.allclose(have, want, rtol=RTOL, atol=ATOL * float(want.abs().max())):
@@ -427,4 +448,8 @@ def _check(original: torch.fx.GraphModule, optimized: torch.fx.GraphModule, inpu
             raise ValueError(f"the tuned kernel of layer {module_name(nodes[name])} (node {name}) differs from "
                              f"the original model's: max abs error {error:.3g}")
     with torch.no_grad():
-        torch.testing.assert_close(optimized(*inputs), original(*inputs), rtol=RTOL, atol=RTOL)
+        have = optimized(*inputs)
+        restore()
+        want = original(*inputs)
+        restore()
+    torch.testing.assert_close(have, want, rtol=RTOL, atol=RTOL)

@@ -139,6 +139,31 @@ def _is_last_two_swap(node: Any) -> bool:
     return False
 
 
+def written_in_place(graph: Any) -> set[Any]:
+    """The nodes of `graph` whose tensors one of its ops writes in place (a buffer the model
+    changes as it runs: `self.w.mul_(0.5)`, or export's `copy_` into it), seen through views."""
+    written = set()
+    for node in graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None:
+            continue
+        values = [*zip(schema.arguments, node.args), *((a, node.kwargs[a.name]) for a in schema.arguments
+                                                        if a.name in node.kwargs)]
+        for argument, value in values:
+            if argument.alias_info is not None and argument.alias_info.is_write and hasattr(value, "op"):
+                while _is_view(value):
+                    value = value.args[0]
+                written.add(value)
+    return written
+
+
+def _is_view(node: Any) -> bool:
+    """Whether a node's output aliases its first argument (a view of it)."""
+    schema = getattr(node.target, "_schema", None)
+    return (node.op == "call_function" and schema is not None and bool(schema.returns)
+            and schema.returns[0].alias_info is not None and not schema.returns[0].alias_info.is_write)
+
+
 def _is_constant(node: Any) -> bool:
     """Whether a node holds a constant of the model (a parameter or an unmutated buffer), seen
     through transposes and reshapes: a weight that a kernel may take in a layout of its own."""
@@ -299,6 +324,8 @@ def _record(model: "torch.nn.Module", example_inputs: Sequence[Any]) -> Any:
 
     with torch.no_grad(), Recorder():
         model(*example_inputs)
+    for node in written_in_place(graph):
+        node.meta[CONSTANT] = False
     return graph
 
 
@@ -318,9 +345,10 @@ def capture_graph(model: "torch.nn.Module", example_inputs: Sequence[Any]) -> tu
     mutated = set(signature.buffers_to_mutate.values())
     constants = {*signature.inputs_to_parameters, *signature.inputs_to_lifted_tensor_constants,
                  *(name for name, buffer in signature.inputs_to_buffers.items() if buffer not in mutated)}
+    written = written_in_place(program.graph)
     for node in program.graph.nodes:
         if node.op == "placeholder":
-            node.meta[CONSTANT] = node.name in constants
+            node.meta[CONSTANT] = node.name in constants and node not in written
     return program.graph, "export"
 
 

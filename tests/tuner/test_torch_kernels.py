@@ -149,6 +149,34 @@ def test_constant_weights_are_packed_once_and_activations_on_every_call(tmp_path
         torch.testing.assert_close(loaded(other), fast(other))
 
 
+class DriftingWeight(nn.Module):
+    """A Linear whose weight is a buffer the model changes after each use."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("weight", torch.randn(24, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.linear(x, self.weight)
+        self.weight.mul_(0.5)
+        return y
+
+
+def test_a_weight_the_model_changes_is_read_on_every_call_not_packed_once():
+    torch.manual_seed(0)
+    model, x = DriftingWeight(), torch.randn(8, 16)
+    key = matmul(8, 24, 16, transpose_b=True).key
+    sampled = template_for(from_key(key), "llvm").space.sample(np.random.default_rng(0), 60)
+    fast = optimize(model, (x,), {key: next(c for c in sampled if c.get("pack"))})
+    assert [packed for _, packed in fast.kernels] == [False]  # the kernel packs the weight on every call
+    graph = fast.graphs[0]
+    for _ in range(2):
+        weight = graph.get_buffer("weight").clone()
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x), x @ weight.T, rtol=1e-3, atol=1e-4)
+        assert not torch.equal(graph.get_buffer("weight"), weight)  # the call changed it, as the model does
+
+
 def test_layers_without_a_kernel_stay_in_torch_with_a_warning():
     model, inputs = _model()
     configs = _any_configs(model, inputs)

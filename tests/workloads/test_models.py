@@ -109,24 +109,29 @@ def test_a_model_export_refuses_is_traced_instead():
 
 
 class Products(nn.Module):
-    """A layer's weight (a parameter) beside products of values computed from the input."""
+    """A layer's weight (a parameter) beside products of values computed from the input and of a
+    buffer the model changes as it runs."""
 
     def __init__(self) -> None:
         super().__init__()
         self.proj = nn.Linear(8, 6, bias=False)
+        self.register_buffer("drift", torch.randn(6, 5))
 
     def forward(self, x: torch.Tensor, branch: bool = False) -> torch.Tensor:
         h = self.proj(x)
-        out = h @ h.t() + (h @ torch.ones(6, 6)).sum()
+        out = h @ h.t() + (h @ torch.ones(6, 6)).sum() + (h @ self.drift).sum()
+        self.drift[0].mul_(0.5)
         return -out if branch and out.sum() > 0 else out
 
 
 @pytest.mark.parametrize("branch", [False, True], ids=["export", "fx"])
 def test_only_the_models_own_weights_are_constant(branch):
     """A product whose right side is a parameter has constant weights (its kernel may take them
-    laid out once); one whose right side is computed on every call has not."""
+    laid out once); one whose right side is computed on every call, or is a buffer the model
+    changes (through a view of it here), has not."""
     suite = from_torch(Products(), (torch.randn(4, 8), branch))
     assert suite.method == ("fx" if branch else "export")
     constant = {e.workload.key: e.workload.constant_weights for e in suite}
     assert constant == {matmul(4, 6, 8, transpose_b=True, constant_weights=True).key: True,
-                        matmul(4, 4, 6, transpose_b=True).key: False, matmul(4, 6, 6).key: False}
+                        matmul(4, 4, 6, transpose_b=True).key: False, matmul(4, 6, 6).key: False,
+                        matmul(4, 5, 6).key: False}
