@@ -40,6 +40,7 @@ from workloads.torch_ops import GEMMS, torch_fn  # noqa: E402  (after the thread
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 PACKAGES = ("apache-tvm", "apache-tvm-ffi", "torch", "numpy", "lightgbm", "xgboost")
+COMPUTE_BOUND_MIN_FLOPS = 1e8  # the roofline bar's compute-bound tasks: 100 MFLOP or more
 BUILDER_TIMEOUT_S = 120.0  # MetaSchedule's own default, 30 s, fails builds on a loaded 2-core host
 
 Timing = tuple[float, float]  # (seconds, cores that other processes used meanwhile)
@@ -328,7 +329,7 @@ def roofline_columns(workload: Workload, facts: MachineFacts | None, latencies: 
                      ) -> dict[str, Any]:
     """A workload's place under the roofline: its intensity, the attainable GFLOP/s, what bounds it,
     and each side's GFLOP/s as a fraction of that (`<side>_roofline_fraction`)."""
-    columns: dict[str, Any] = {"intensity": workload.intensity}
+    columns: dict[str, Any] = {"flops": workload.flops, "intensity": workload.intensity}
     if facts is None:
         return columns
     attainable, bound = facts.roofline(workload.flops, workload.memory_bytes)
@@ -336,6 +337,28 @@ def roofline_columns(workload: Workload, facts: MachineFacts | None, latencies: 
     for side, seconds in latencies.items():
         columns[f"{side}_roofline_fraction"] = workload.flops / seconds / 1e9 / attainable if seconds else None
     return columns
+
+
+def roofline_summary(rows: Sequence[dict[str, Any]], sides: dict[str, str]) -> str:
+    """How near the roof each side runs, as the roofline bar reads it: the median and the lowest share
+    of the peak over compute-bound tasks of at least 100 MFLOP, and the median share of the bandwidth
+    over memory-bound ones. `sides` maps a row's side prefix to its name in words."""
+    groups = {"compute-bound tasks of >= 100 MFLOP": ("compute", COMPUTE_BOUND_MIN_FLOPS, "peak"),
+              "memory-bound tasks": ("memory", 0, "bandwidth")}
+    parts = []
+    for label, (bound, min_flops, roof) in groups.items():
+        subset = [r for r in rows if r.get("bound") == bound and r.get("flops", 0) >= min_flops]
+        shares = []
+        for side, name in sides.items():
+            fractions = sorted((r[f"{side}_roofline_fraction"], r["workload"]) for r in subset
+                               if r.get(f"{side}_roofline_fraction"))
+            if fractions:
+                median = float(np.median([f for f, _ in fractions]))
+                shares.append(f"{name} median {median:.0%} of {roof}, lowest {fractions[0][0]:.0%} "
+                              f"({fractions[0][1]})")
+        if shares:
+            parts.append(f"{label} ({len(subset)}): " + "; ".join(shares))
+    return "Under the roofline, " + ". ".join(parts) + "." if parts else ""
 
 
 def percent(value: float | None) -> str:

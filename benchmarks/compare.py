@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchmarks.common import (BUILDER_TIMEOUT_S, RESULTS, Quiet, Timer, Timing, TimingProtocol, command, fmt,
-                               host_facts, machine, machine_line, percent, plot_roofline, roofline_columns, today,
-                               tune_metaschedule, vendor_sides, versions, write_report)
+                               host_facts, machine, machine_line, percent, plot_roofline, roofline_columns,
+                               roofline_summary, today, tune_metaschedule, vendor_sides, versions, write_report)
 
 if TYPE_CHECKING:
     from search import Config, PackedWeight, TargetInfo
@@ -234,7 +234,8 @@ def markdown(report: dict) -> str:
                   + unnamed + "."]
     disturbed = [f"{r['workload']} @{r['trials']}: {side} ({load} cores)" for r in rows
                  for side, load in r.get("other_load", {}).items() if load >= QUIET_CORES]
-    lines += ["", summary(rows), "", "Re-timings still disturbed by other processes: "
+    sides = {"ours": "ours", "metaschedule": "MetaSchedule", "torch": "torch"}
+    lines += ["", summary(rows), "", roofline_summary(rows, sides), "", "Re-timings still disturbed by other processes: "
               + ("; ".join(disturbed) if disturbed else "none") + "."]
     return "\n".join(lines) + "\n"
 

@@ -41,8 +41,8 @@ from typing import Any
 from tuner.defaults import BATCH_SIZE
 
 from benchmarks.common import (RESULTS, TimingProtocol, command, fmt, host_facts, loop_means, machine, machine_line,
-                               percent, plot_roofline, roofline_columns, today, torch_on_all_cores, versions,
-                               write_report)
+                               percent, plot_roofline, roofline_columns, roofline_summary, today,
+                               torch_on_all_cores, versions, write_report)
 
 TORCH_VARIANTS = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "torch_compile_freezing")
 TUNED_VARIANTS = ("ours", "ours_compiled", "relax_metaschedule")
@@ -229,6 +229,7 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{percent(r['torch_share'])} | {r['intensity']:.1f} | {r.get('bound', '-')} | "
                          f"{percent(r.get('ours_roofline_fraction'))} | "
                          f"{percent(r.get('torch_roofline_fraction'))} |")
+        lines += ["", roofline_summary(report["layers"], {"ours": "ours", "torch": "torch"})]
     return "\n".join(lines) + "\n"
 
 

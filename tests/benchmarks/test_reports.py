@@ -1,0 +1,18 @@
+"""The reports' reading of the roofline bar."""
+
+from benchmarks.common import roofline_summary
+
+
+def row(workload: str, bound: str, flops: float, ours: float, torch: float | None) -> dict:
+    return {"workload": workload, "bound": bound, "flops": flops, "ours_roofline_fraction": ours,
+            "torch_roofline_fraction": torch}
+
+
+def test_roofline_summary_reads_big_compute_bound_tasks_against_peak_and_the_rest_against_bandwidth() -> None:
+    rows = [row("a", "compute", 2e8, 0.9, 0.5), row("b", "compute", 3e8, 0.6, 0.7), row("c", "compute", 4e8, 0.8, None),
+            row("tiny", "compute", 1e6, 0.1, 0.1), row("gemv", "memory", 4e6, 0.7, 0.2)]
+    text = roofline_summary(rows, {"ours": "ours", "torch": "torch"})
+    assert "compute-bound tasks of >= 100 MFLOP (3): ours median 80% of peak, lowest 60% (b); " \
+           "torch median 60% of peak, lowest 50% (a)" in text
+    assert "memory-bound tasks (1): ours median 70% of bandwidth, lowest 70% (gemv)" in text
+    assert "tiny" not in text
