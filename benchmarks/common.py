@@ -341,8 +341,8 @@ def roofline_columns(workload: Workload, facts: MachineFacts | None, latencies: 
 
 def roofline_summary(rows: Sequence[dict[str, Any]], sides: dict[str, str]) -> str:
     """How near the roof each side runs, as the roofline bar reads it: the median and the lowest share
-    of the peak over compute-bound tasks of at least 100 MFLOP, and the median share of the bandwidth
-    over memory-bound ones. `sides` maps a row's side prefix to its name in words."""
+    of the peak over compute-bound tasks of at least 100 MFLOP, and of the bandwidth over memory-bound
+    ones. `sides` maps a row's side prefix to its name in words."""
     groups = {"compute-bound tasks of >= 100 MFLOP": ("compute", COMPUTE_BOUND_MIN_FLOPS, "peak"),
               "memory-bound tasks": ("memory", 0, "bandwidth")}
     parts = []

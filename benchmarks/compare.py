@@ -235,8 +235,8 @@ def markdown(report: dict) -> str:
     disturbed = [f"{r['workload']} @{r['trials']}: {side} ({load} cores)" for r in rows
                  for side, load in r.get("other_load", {}).items() if load >= QUIET_CORES]
     sides = {"ours": "ours", "metaschedule": "MetaSchedule", "torch": "torch"}
-    lines += ["", summary(rows), "", roofline_summary(rows, sides), "", "Re-timings still disturbed by other processes: "
-              + ("; ".join(disturbed) if disturbed else "none") + "."]
+    lines += ["", summary(rows), "", roofline_summary(rows, sides), "",
+              "Re-timings still disturbed by other processes: " + ("; ".join(disturbed) if disturbed else "none") + "."]
     return "\n".join(lines) + "\n"
 
 
