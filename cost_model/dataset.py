@@ -82,18 +82,25 @@ def _record_target(target_key: str, host: str) -> TargetInfo:
 
 
 def records_to_dataset(records: Iterable[Mapping[str, Any]], *, per_store: bool | None = None) -> Dataset:
-    """Group records by workload and measuring host and extract features of their configs, each
-    for that host; a config timed more than once counts once, with its fastest timing. `per_store`:
-    read `PerStoreFeature` too (default: where the target does, as tuning does)."""
-    by_group: dict[tuple[str, TargetInfo], list[Mapping[str, Any]]] = {}
+    """Group records by workload and measuring host (its CPU and cores: records of one host taken on
+    different days, with its facts measured anew, form one group, featurized with the first one's
+    facts) and extract features of their configs, each for that host; a config timed more than once
+    counts once, with its fastest timing. `per_store`: read `PerStoreFeature` too (default: where
+    the target does, as tuning does)."""
+    by_group: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    targets: dict[tuple[str, str], TargetInfo] = {}
     for record in fastest_per_config(records):
-        by_group.setdefault((record["workload"], record_target(record)), []).append(record)
+        target = record_target(record)
+        key = (record["workload"], host_name(target))
+        by_group.setdefault(key, []).append(record)
+        targets.setdefault(key, target)
     features: list[np.ndarray] = []
     throughputs: list[np.ndarray] = []
     groups: list[int] = []
     names: list[str] = []
     hosts: list[str] = []
-    for (workload, target), group in by_group.items():
+    for (workload, host), group in by_group.items():
+        target = targets[workload, host]
         extractor = extractor_for(workload, target, per_store)
         valid: list[tuple[Config, float]] = []
         for record in group:
@@ -106,7 +113,7 @@ def records_to_dataset(records: Iterable[Mapping[str, Any]], *, per_store: bool 
         throughputs.append(np.array([t for _, t in valid]))
         groups.append(len(valid))
         names.append(workload)
-        hosts.append(host_name(target))
+        hosts.append(host)
     if not features:
         raise InvalidConfig("no usable records: none of their configs fits the current search space")
     return Dataset(np.concatenate(features), np.concatenate(throughputs), np.array(groups), names, hosts)

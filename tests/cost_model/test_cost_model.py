@@ -195,6 +195,20 @@ def test_records_of_two_hosts_are_two_groups_each_read_against_its_own_machine()
         join(data, zen5_only)
 
 
+def test_records_of_one_host_measured_on_two_days_are_one_group():
+    """A host's facts measured anew (its peak read again) do not split its records of a workload:
+    a ranking group is a workload on a CPU, and joining with another dataset stays possible."""
+    key = workloads.matmul(64, 64, 64).key
+    target = "llvm -mcpu=znver3 -num-cores=2"
+    configs = search.template_for(workloads.matmul(64, 64, 64), search.TargetInfo.from_key(target)).space.sample(
+        np.random.default_rng(0), 6)
+    records = [make_record(key, target, c.to_json(), MeasureResult(costs=(1e-3 * (i + 1),)),
+                           host={"cpu": "x", "peak_gflops": 100.0 if i < 3 else 200.0})
+               for i, c in enumerate(configs)]
+    data = records_to_dataset(records)
+    assert data.workloads == [key] and data.hosts == ["znver3/2c"] and list(data.groups) == [6]
+
+
 def test_knob_features_follow_the_loop_nest_without_lowering():
     """matmul 64^3 on an AVX2 CPU, tiles i 2x2x4x4, j 1x2x2x16, k 8x8, j vectorized: the values
     worked out by hand from the loop nest S0 S1 R0 S2 R1 S3."""
