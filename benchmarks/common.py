@@ -343,8 +343,8 @@ def roofline_summary(rows: Sequence[dict[str, Any]], sides: dict[str, str]) -> s
     """How near the roof each side runs, as the roofline bar reads it: the median and the lowest share
     of the peak over compute-bound tasks of at least 100 MFLOP, and of the bandwidth over memory-bound
     ones. `sides` maps a row's side prefix to its name in words."""
-    groups = {"compute-bound tasks of >= 100 MFLOP": ("compute", COMPUTE_BOUND_MIN_FLOPS, "peak"),
-              "memory-bound tasks": ("memory", 0, "bandwidth")}
+    compute = f"compute-bound tasks of >= {COMPUTE_BOUND_MIN_FLOPS / 1e6:.0f} MFLOP"
+    groups = {compute: ("compute", COMPUTE_BOUND_MIN_FLOPS, "peak"), "memory-bound tasks": ("memory", 0, "bandwidth")}
     parts = []
     for label, (bound, min_flops, roof) in groups.items():
         subset = [r for r in rows if r.get("bound") == bound and r.get("flops", 0) >= min_flops]

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from tuner.measure.machine import MachineFacts
     from workloads import Workload
 
+ROOFLINE_SIDES = {"ours": "ours", "metaschedule": "MetaSchedule", "torch": "torch"}  # row prefix: name in words
 QUIET_CORES = 0.25  # other processes' core use above which a timing counts as disturbed
 QUIET_WAIT_S = 60.0  # longest wait for a quiet CPU before each timing
 TIMING = TimingProtocol(number=1, repeat=10, min_ms=20)
@@ -184,7 +185,7 @@ def compare(workload: Workload, target: TargetInfo, trials: int, seed: int, tune
         "ours_best_config": ours.best_config,
         "other_load": {name: round(load, 2) for name, (_, load) in timings.items()},  # cores others used meanwhile
         "ours_curve": ours.curve, "metaschedule_curve": ms.curve if ms else [],
-        **roofline_columns(workload, facts, {side: latency.get(side) for side in ("ours", "metaschedule", "torch")}),
+        **roofline_columns(workload, facts, {side: latency.get(side) for side in ROOFLINE_SIDES}),
     }
 
 
@@ -197,7 +198,7 @@ def gflops(row: dict, side: str) -> float | None:
 def table_row(r: dict) -> str:
     """A report row as a line of the Markdown table."""
     g = {side: gflops(r, side) for side in ("ours", "metaschedule", "torch", "numpy")}
-    roof = " | ".join(percent(r.get(f"{side}_roofline_fraction")) for side in ("ours", "metaschedule", "torch"))
+    roof = " | ".join(percent(r.get(f"{side}_roofline_fraction")) for side in ROOFLINE_SIDES)
     to = "-" if r["ours_trials_to_metaschedule_best"] is None else \
         f"{r['ours_trials_to_metaschedule_best']} / {r['ours_seconds_to_metaschedule_best']:.0f} s"
     return (f"| {r['workload']} | {r['trials']} | {fmt(g['ours'])} | {fmt(g['metaschedule'])} | "
@@ -234,8 +235,7 @@ def markdown(report: dict) -> str:
                   + unnamed + "."]
     disturbed = [f"{r['workload']} @{r['trials']}: {side} ({load} cores)" for r in rows
                  for side, load in r.get("other_load", {}).items() if load >= QUIET_CORES]
-    sides = {"ours": "ours", "metaschedule": "MetaSchedule", "torch": "torch"}
-    lines += ["", summary(rows), "", roofline_summary(rows, sides), "",
+    lines += ["", summary(rows), "", roofline_summary(rows, ROOFLINE_SIDES), "",
               "Re-timings still disturbed by other processes: " + ("; ".join(disturbed) if disturbed else "none") + "."]
     return "\n".join(lines) + "\n"
 
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None, workloads_default: Sequence[str] = MIXED
     if facts is not None:
         plots.append(out.with_name(f"{out.name}-roofline.png"))
         plot_roofline({side: [(from_key(r["workload"]).intensity, g) for r in report["rows"]
-                              if (g := gflops(r, side))] for side in ("ours", "metaschedule", "torch")},
+                              if (g := gflops(r, side))] for side in ROOFLINE_SIDES},
                       facts, plots[-1], f"{report['machine']['target']}, {report['date']}")
     print(markdown(report))
     print("wrote", out.with_suffix(".json"), out.with_suffix(".md"), *plots)

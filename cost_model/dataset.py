@@ -87,20 +87,16 @@ def records_to_dataset(records: Iterable[Mapping[str, Any]], *, per_store: bool 
     facts) and extract features of their configs, each for that host; a config timed more than once
     counts once, with its fastest timing. `per_store`: read `PerStoreFeature` too (default: where
     the target does, as tuning does)."""
-    by_group: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    targets: dict[tuple[str, str], TargetInfo] = {}
+    by_group: dict[tuple[str, str], tuple[TargetInfo, list[Mapping[str, Any]]]] = {}
     for record in fastest_per_config(records):
         target = record_target(record)
-        key = (record["workload"], host_name(target))
-        by_group.setdefault(key, []).append(record)
-        targets.setdefault(key, target)
+        by_group.setdefault((record["workload"], host_name(target)), (target, []))[1].append(record)
     features: list[np.ndarray] = []
     throughputs: list[np.ndarray] = []
     groups: list[int] = []
     names: list[str] = []
     hosts: list[str] = []
-    for (workload, host), group in by_group.items():
-        target = targets[workload, host]
+    for (workload, host), (target, group) in by_group.items():
         extractor = extractor_for(workload, target, per_store)
         valid: list[tuple[Config, float]] = []
         for record in group:
