@@ -26,6 +26,7 @@ Example (about 10-15 minutes on 2 cores):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -48,6 +49,9 @@ WORKLOADS = {
     "matmul512": "matmul(M=512,N=512,K=512,float32)",
     "conv56": "conv2d(N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1,float32)",
     "conv28": "conv2d(N=1,C=128,H=28,W=28,K=128,R=3,S=3,padding=1,float32)",
+    # 1x1 convolutions over many pixels (MobileNet-V2's expansions), where the pixels may be fused
+    "conv1x1_56": "conv2d(N=1,C=24,H=56,W=56,K=144,R=1,S=1,float32)",
+    "conv1x1_28": "conv2d(N=1,C=32,H=28,W=28,K=192,R=1,S=1,float32)",
 }
 MS_EVALUATOR = TimingProtocol(number=3, repeat=1, min_ms=50)  # MetaSchedule's runner while it tunes
 HEADER = ["workload", "random best", "random median", "hand", "space best", "torch", "torch 1thr", "MS@N",
@@ -100,6 +104,24 @@ def hand_configs(name: str) -> list[dict]:
             ((4, 2, 1, 16), (1, 28, 1, 1), (1, 7, 1, 4), (32, 4)),
             ((2, 1, 1, 64), (1, 28, 1, 1), (1, 28, 1, 1), (32, 4)),
         ]]
+    if name in ("conv1x1_56", "conv1x1_28"):
+        # The pixels fused and tiled as a GEMM's N: a register tile of k3 = 6 channels x 16 or 32
+        # consecutive pixels (2 rows x 8, or 4 x 8, across rows), each weight broadcast once per
+        # vector; and, for contrast, the best unfused shape (k vectorized, 4 pixels of a row).
+        side = 56 if name == "conv1x1_56" else 28
+        K, C = (144, 24) if side == 56 else (192, 32)
+        p = dict(vector_axis="w", pack=0, unroll=16, write_at=1, fuse_pixels=1, tile_n=(1, 1, 1, 1),
+                 tile_rh=(1, 1), tile_rw=(1, 1), tile_rc=(1, C))
+        fused = [dict(p, tile_k=tk, tile_h=th, tile_w=tw) for tk, th, tw in [
+            ((2, K // 12, 1, 6), (side // 2, 1, 1, 2), (1, side // 4, 1, 4)),
+            ((2, K // 12, 1, 6), (side // 4, 1, 1, 4), (1, side // 4, 1, 4)),
+            ((K // 12, 2, 1, 6), (side // 2, 1, 1, 2), (1, side // 4, 1, 4)),
+            ((2, K // 8, 1, 4), (side // 4, 1, 1, 4), (1, side // 4, 1, 4)),
+        ]]
+        k = dict(vector_axis="k", pack=1, unroll=64, write_at=1, fuse_pixels=0, tile_n=(1, 1, 1, 1),
+                 tile_rh=(1, 1), tile_rw=(1, 1), tile_rc=(1, C))
+        unfused = [dict(k, tile_k=(K // 48, 1, 1, 48), tile_h=(2, side // 2, 1, 1), tile_w=(1, side // 4, 1, 4))]
+        return fused + unfused
     raise KeyError(name)
 
 
@@ -135,13 +157,30 @@ def conv_family(extents: dict[str, int]) -> Iterable[dict]:
                                        vector_axis="k", pack=1, unroll=unroll, write_at=1)
 
 
+def pixel_family(extents: dict[str, int]) -> Iterable[dict]:
+    """Variants of the hand-picked 1x1 convolution family: the pixels fused, register tiles of k3
+    channels x 8 to 32 consecutive pixels."""
+    K, H, W, C = extents["k"], extents["h"], extents["w"], extents["rc"]
+    for k3, h3, w3 in itertools.product((2, 3, 4, 6, 8), (1, 2, 4), (4, 8, 16)):
+        for k0, h0 in [(1, 2), (2, 1), (1, 4), (2, 2), (4, 1)]:
+            if K % (k0 * k3) or H % (h0 * h3) or W % w3 or not 8 <= h3 * w3 <= 32:
+                continue
+            for rc1 in (C, C // 2, 8):
+                for unroll in (16, 64):
+                    yield dict(tile_n=(1, 1, 1, 1), tile_k=(k0, K // (k0 * k3), 1, k3),
+                               tile_h=(h0, H // (h0 * h3), 1, h3), tile_w=(1, W // w3, 1, w3),
+                               tile_rc=(C // rc1, rc1), tile_rh=(1, 1), tile_rw=(1, 1),
+                               vector_axis="w", pack=0, unroll=unroll, write_at=1, fuse_pixels=1)
+
+
 def family_configs(name: str, template: Template) -> list[Config]:
     """The valid systematic variants around the hand-picked family of one of `WORKLOADS`."""
     from search import Config
 
     structure = template.structure
     extents = dict(zip(structure.axis_names, structure.extents))
-    family = matmul_family() if name == "matmul512" else conv_family(extents)
+    family = (matmul_family() if name == "matmul512" else pixel_family(extents) if name.startswith("conv1x1")
+              else conv_family(extents))
     return [c for c in map(Config, family) if template.space.is_valid(c)]
 
 

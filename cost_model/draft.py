@@ -35,15 +35,13 @@ DRAFT_NAMES = (
 def _tiles(template: Template, config: Config, level_from: int) -> tuple[int, ...]:
     """Per-axis extent covered from split level `level_from` inward (reduce axes: their inner part)."""
     s = template.structure
-    out = []
-    for a, kind in enumerate(s.kinds):
-        parts = config[template.axis_knob(a)]
-        out.append(math.prod(parts[level_from:]) if kind == 0 else parts[-1])
-    return tuple(out)
+    parts = template.tile_parts(config)
+    return tuple(math.prod(parts[a][level_from:]) if kind == 0 else parts[a][-1] for a, kind in enumerate(s.kinds))
 
 
 def _level(template: Template, config: Config, level: int) -> list[int]:
-    return [config[template.axis_knob(a)][level] for a in template.structure.spatial]
+    parts = template.tile_parts(config)
+    return [parts[a][level] for a in template.structure.spatial]
 
 
 def _efficiency(work: int, units: int) -> float:
@@ -59,7 +57,8 @@ def draft_features(template: Template, config: Config) -> dict[str, float]:
         features.update(_tensorcore_draft(template, config))
         return features
     s = template.structure
-    inner = tuple(config[template.axis_knob(a)][-1] if k == 0 else 1 for a, k in enumerate(s.kinds))
+    parts = template.tile_parts(config)
+    inner = tuple(parts[a][-1] if k == 0 else 1 for a, k in enumerate(s.kinds))
     outputs_inner = math.prod(inner)
     loads = sum(r.footprint(inner) for r in s.reads)
     features["loads_per_fma"] = loads / outputs_inner
@@ -80,7 +79,7 @@ def _cpu_draft(template: CPUTemplate, config: Config, fmas: int, loads: int) -> 
     pipes = max(1, target.flops_per_cycle // (2 * lanes))  # full-width FMAs issued per cycle
     parallel = math.prod(_level(template, config, 0))
     vec_axis = s.axis_names.index(config["vector_axis"])
-    width = config[template.axis_knob(vec_axis)][-1]
+    width = template.tile_parts(config)[vec_axis][-1]
     scalar = width == 1 or template.guarded_vector(config)  # a read through the border test stays scalar
     vector_eff = 1 / lanes if scalar else width / (math.ceil(width / lanes) * lanes)
     vector_fmas = fmas if scalar else fmas / lanes

@@ -57,7 +57,7 @@ def knob_features(template: Template, config: Config) -> dict[str, float]:
         return features
     s, target = template.structure, template.target
     spatial, reduce = s.spatial, s.reduce
-    parts = {a: config[template.axis_knob(a)] for a in range(len(s.extents))}
+    parts = template.tile_parts(config)
 
     def tile(spatial_from: int, reduce_from: int | None) -> tuple[tuple[int, ...], int]:
         """Per-axis extents swept below a loop level, and the FMAs they do."""

@@ -8,6 +8,7 @@ from typing import Any
 from .config import Config
 from .knobs import ChoiceKnob, Knob, OrderKnob, PlacementKnob, split_knob
 from .space import Space
+from .structure import Access
 from .template import BlockRV, LoopRV, PackedWeight, Schedule, Template
 
 SPATIAL_LEVELS = 4  # parallel outer, cache tile, register tile outer, register tile inner
@@ -53,14 +54,63 @@ class CPUTemplate(Template):
         knobs.append(PlacementKnob("write_at", (0, 1)))
         if s.pad_block:
             knobs.append(ChoiceKnob("pad_at", PAD_PLACEMENTS, default="inline"))
+        self.pixels = self.fusable_pixels()
+        if self.pixels:
+            knobs.append(ChoiceKnob("fuse_pixels", (0, 1), default=0))
         self.lanes = self.target.vector_lanes(self.workload.dtype)
         return Space(tuple(knobs), (self.register_rule, self.vector_rule, self.pack_rule))
 
     def vector_axis(self, config: Config) -> int:
         return self.structure.axis_names.index(config["vector_axis"])
 
+    def fusable_pixels(self) -> tuple[int, int] | None:
+        """Adjacent spatial axes (outer, inner) that every buffer the main block reads, and its
+        output, index as one contiguous run: as consecutive dimensions, each by its axis alone,
+        the inner one as long as the inner axis. Or None. The outer one is never vectorized."""
+        s = self.structure
+        if s.pad_block:
+            return None
+        output = Access(s.main_block, tuple(tuple(int(a == b) for b in range(len(s.extents))) for a in s.spatial),
+                        False, tuple(s.extents[a] for a in s.spatial))
+
+        def dim_of(access: Access, axis: int) -> int | None:
+            """The dimension indexed by `axis` alone, but for axes of extent 1 (a 1x1 filter's)."""
+            for d, dim in enumerate(access.coefficients):
+                if dim[axis] == 1 and all(c == 0 or a == axis or s.extents[a] == 1 for a, c in enumerate(dim)):
+                    return d
+            return None
+
+        def run(access: Access, outer: int, inner: int) -> bool | None:
+            """Whether `access` reads the two axes as one run; None if it reads neither."""
+            if not any(dim[outer] or dim[inner] for dim in access.coefficients):
+                return None
+            d, e = dim_of(access, outer), dim_of(access, inner)
+            return d is not None and e == d + 1 and access.shape[e] == s.extents[inner]
+
+        for outer, inner in reversed(list(zip(s.spatial, s.spatial[1:]))):  # the innermost pair first
+            runs = [run(access, outer, inner) for access in s.reads]
+            if (inner == outer + 1 and outer not in self.vector_candidates() and run(output, outer, inner)
+                    and True in runs and False not in runs):
+                return outer, inner
+        return None
+
+    def fused(self, config: Config) -> bool:
+        return bool(config.get("fuse_pixels"))
+
+    def tile_parts(self, config: Config) -> dict[int, tuple[int, ...]]:
+        """Each axis's split factors, outermost first, as the schedule applies them: with the
+        pixels fused, the inner pixel axis's are the products of both axes' factors level by
+        level (the fused loop's split) and the outer one's all 1."""
+        parts = super().tile_parts(config)
+        if self.fused(config):
+            outer, inner = self.pixels  # type: ignore[misc]  # the knob exists only where pixels fuse
+            parts[inner] = tuple(o * i for o, i in zip(parts[outer], parts[inner]))
+            parts[outer] = (1,) * len(parts[outer])
+        return parts
+
     def register_rule(self, config: Config) -> str | None:
-        tile = math.prod(config[self.axis_knob(a)][-1] for a in self.structure.spatial)
+        parts = self.tile_parts(config)
+        tile = math.prod(parts[a][-1] for a in self.structure.spatial)
         limit = VECTOR_REGISTERS * self.lanes
         if tile > limit:
             return f"register tile of {tile} elements exceeds {VECTOR_REGISTERS} vector registers ({limit})"
@@ -68,7 +118,7 @@ class CPUTemplate(Template):
 
     def vector_rule(self, config: Config) -> str | None:
         """A 131-lane vector in a fully unrolled reduction took LLVM 86 s to compile (AVX-512)."""
-        width = config[self.axis_knob(self.vector_axis(config))][-1]
+        width = self.tile_parts(config)[self.vector_axis(config)][-1]
         limit = VECTOR_ROW_REGISTERS * self.lanes
         if width > limit:
             return f"vectorized loop of {width} elements exceeds {VECTOR_ROW_REGISTERS} vector registers ({limit})"
@@ -97,34 +147,41 @@ class CPUTemplate(Template):
     def source(self, config: Config) -> Any:
         return self.prim_func if self.pad_at(config) == "inline" else self.padded_func
 
-    def prefix_key(self, config: Config) -> tuple[int, int, bool]:
-        """(vectorized axis, packing width or 0, whether the padding stage is kept)."""
+    def prefix_key(self, config: Config) -> tuple[int, int, bool, bool]:
+        """(vectorized axis, packing width or 0, whether the padding stage is kept, whether the pixels are fused)."""
         vec = self.vector_axis(config)
-        return vec, config[self.axis_knob(vec)][-1] if config.get("pack") else 0, self.pad_at(config) != "inline"
+        return (vec, config[self.axis_knob(vec)][-1] if config.get("pack") else 0, self.pad_at(config) != "inline",
+                self.fused(config))
 
     def schedule_prefix(self, sch: Schedule, config: Config) -> None:
         """The accumulator (its layout), the fused epilogue and the packed operand."""
         s = self.structure
         block = sch.get_sblock(s.main_block)
-        vec, pack_width, _ = self.prefix_key(config)
+        vec, pack_width, _, fused = self.prefix_key(config)
         sch.cache_write(block, 0, "global")
-        if vec != s.spatial[-1]:
-            self.contiguous_accumulator(sch, block, [s.spatial.index(a) for a in self.inner_order(vec)])
+        order = self.inner_order(vec) if vec != s.spatial[-1] else s.spatial
+        if order != s.spatial or fused:
+            self.lay_out_accumulator(sch, block, order, self.pixels if fused else None)
         if s.epilogue_block:
             sch.reverse_compute_inline(sch.get_sblock(s.epilogue_block))
         if pack_width:
             self.pack(sch, block, vec, pack_width)
+        if fused:
+            self.fuse_pixel_iters(sch, block)
 
     def schedule(self, sch: Schedule, config: Config) -> None:
         s = self.structure
         block = sch.get_sblock(s.main_block)
         (writeback,) = sch.get_consumers(block)
         vec = self.vector_axis(config)
-        axis_loops = dict(zip(range(len(s.extents)), sch.get_loops(block)))
-        split = {a: sch.split(axis_loops[a], factors=list(config[self.axis_knob(a)])) for a in axis_loops}
-        levels = [[split[a][0] for a in s.spatial], [split[a][1] for a in s.spatial],
-                  [split[a][0] for a in s.reduce], [split[a][2] for a in s.spatial],
-                  [split[a][1] for a in s.reduce], [split[a][3] for a in self.inner_order(vec)]]
+        dropped = self.pixels[0] if self.fused(config) else None  # type: ignore[index]  # folded into its partner
+        spatial = [a for a in s.spatial if a != dropped]
+        parts = self.tile_parts(config)
+        axis_loops = dict(zip([a for a in range(len(s.extents)) if a != dropped], sch.get_loops(block)))
+        split = {a: sch.split(loop, factors=list(parts[a])) for a, loop in axis_loops.items()}
+        levels = [[split[a][0] for a in spatial], [split[a][1] for a in spatial],
+                  [split[a][0] for a in s.reduce], [split[a][2] for a in spatial],
+                  [split[a][1] for a in s.reduce], [split[a][3] for a in self.inner_order(vec) if a != dropped]]
         sch.reorder(*[loop for level in levels for loop in level])
         outer = sch.fuse(*levels[0])
         sch.parallel(outer)
@@ -139,7 +196,7 @@ class CPUTemplate(Template):
         self.vectorize_innermost(sch, levels[5][-1])
         sch.decompose_reduction(block, levels[2][0])
         writeback_loops = sch.get_loops(writeback)
-        attach_depth = 1 if config["write_at"] == 0 else 1 + len(s.spatial)
+        attach_depth = 1 if config["write_at"] == 0 else 1 + len(spatial)
         # the write-back has loops of its own below the attach point: vectorize its innermost one,
         # unless the accumulator was transposed (then it is a gather, and LLVM compiles wide gathers
         # in unrolled nests for minutes)
@@ -147,6 +204,23 @@ class CPUTemplate(Template):
             self.vectorize_innermost(sch, writeback_loops[-1])
         if self.phase_stride(config) > 1:
             self.split_rows_by_phase(sch, self.phase_stride(config))
+
+    def fuse_pixel_iters(self, sch: Schedule, block: BlockRV) -> None:
+        """Make the pixel axes one iterator of the main block and of its write-back, p = outer *
+        extent + inner: the buffers keep their shapes, and lowering folds p // extent * extent +
+        p % extent back into p, so the fused axis addresses memory contiguously."""
+        from tvm.tirx.function import IndexMap
+
+        outer, inner = self.pixels  # type: ignore[misc]
+        extent = self.structure.extents[inner]
+
+        def fuse(*iters: Any) -> tuple[Any, ...]:
+            return (*iters[:outer], iters[outer] * extent + iters[inner], *iters[inner + 1:])
+
+        (writeback,) = sch.get_consumers(block)
+        for stage in (block, writeback):
+            iters = sch.get(stage).iter_vars
+            sch.transform_block_layout(stage, IndexMap.from_func(fuse, ndim=len(iters), index_dtype=str(iters[0].var.ty)))
 
     def place_padding(self, sch: Schedule, loop: LoopRV) -> None:
         """Copy the padded window that the iterations of `loop` read, at its start: the
@@ -179,17 +253,29 @@ class CPUTemplate(Template):
         if int(sch.get(loop).extent) > 1:
             sch.vectorize(loop)
 
-    @staticmethod
-    def contiguous_accumulator(sch: Schedule, block: BlockRV, dim_order: list[int]) -> None:
-        """Lay the accumulator out in register-tile order, the vectorized axis innermost.
+    def lay_out_accumulator(self, sch: Schedule, block: BlockRV, order: list[int],
+                            pixels: tuple[int, int] | None) -> None:
+        """Lay the accumulator out with its axes in `order` (the register tile's, the vectorized
+        axis innermost), the `pixels` pair, if given, as one dimension.
 
         Otherwise, when the vectorized axis is not the output's last one (NCHW conv over k), every
-        vector of accumulators is a strided gather and scatter: about half the speed.
+        vector of accumulators is a strided gather and scatter: about half the speed. Fused pixels
+        need their accumulator one-dimensional too, or the write-back would cover whole rows.
         """
-        sch.transform_layout(block, ("write", 0), lambda *idx: tuple(idx[d] for d in dim_order))
+        s = self.structure
+        extent = s.extents[pixels[1]] if pixels else 0
+
+        def layout(*idx: Any) -> tuple[Any, ...]:
+            by_axis = dict(zip(s.spatial, idx))
+            if pixels:
+                outer, inner = pixels
+                by_axis[outer] = by_axis[outer] * extent + by_axis.pop(inner)
+            return tuple(by_axis[a] for a in order if a in by_axis)
+
+        sch.transform_layout(block, ("write", 0), layout)
 
     def packed_weight(self, config: Config) -> PackedWeight | None:
-        vec, width, _ = self.prefix_key(config)
+        vec, width, _, _ = self.prefix_key(config)
         if not width:
             return None
         buffer, dim = self.packed_dim(vec)

@@ -110,6 +110,10 @@ class Template(ABC):
     def axis_knob(self, axis: int) -> str:
         return f"tile_{self.structure.axis_names[axis]}"
 
+    def tile_parts(self, config: Config) -> dict[int, tuple[int, ...]]:
+        """Each axis's split factors, outermost first, as the schedule applies them: its knob's by default."""
+        return {a: tuple(config[self.axis_knob(a)]) for a in range(len(self.structure.extents))}
+
     def check(self, config: Config | dict[str, Any]) -> Config:
         """`config` as a `Config` that this template's space allows, else `InvalidConfig`."""
         return self.space.check(config if isinstance(config, Config) else Config(config))

@@ -15,6 +15,7 @@ import functools
 import itertools
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -47,6 +48,8 @@ WORKLOADS = {
     "conv2d_nchw_s2_p3": conv2d(2, 3, 11, 13, 5, 3, 3, stride=2, padding=3),
     "conv2d_nhwc_bias_relu": conv2d(1, 4, 9, 7, 6, 3, 3, padding=1, layout="NHWC", epilogue="bias_relu"),
     "depthwise_s2_p3": depthwise_conv2d(1, 5, 11, 13, 3, 3, stride=2, padding=3),
+    "conv2d_1x1_bias_relu": conv2d(1, 6, 5, 7, 10, 1, 1, epilogue="bias_relu"),  # its pixels may be fused
+    "conv2d_nhwc_1x1": conv2d(2, 4, 3, 5, 6, 1, 1, layout="NHWC"),
 }
 CPU_COUNTS = {name: CONFIGS for name in WORKLOADS}  # 257x131x509 takes ~0.3 s a config: all 30 fit
 # nvcc costs about 0.5-1 CPU-second a kernel (cicc parsing the headers; more for unrolled code), so
@@ -220,6 +223,47 @@ def test_vector_loop_through_the_border_test_counts_as_scalar():
     assert "w_3_s" not in copied_code and f"{tpl.structure.pad_block}[T.Ramp(" in copied_code
     assert draft_features(tpl, inline)["vector_efficiency"] == 1 / tpl.lanes  # as if not vectorized
     assert draft_features(tpl, copied)["vector_efficiency"] > 1 / tpl.lanes
+
+
+@pytest.mark.parametrize("workload, pixels", [
+    (conv2d(1, 6, 5, 7, 10, 1, 1), ("h", "w")),
+    (conv2d(2, 4, 3, 5, 6, 1, 1, layout="NHWC", epilogue="bias"), ("h", "w")),
+    (conv2d(1, 6, 5, 7, 10, 1, 1, stride=2), None),  # a row's pixels are not consecutive in the input
+    (conv2d(1, 6, 5, 7, 10, 1, 1, padding=1), None),
+    (conv2d(1, 6, 5, 7, 10, 3, 3), None),
+    (matmul(8, 8, 8), None),
+    (batch_matmul(2, 8, 8, 8), None),  # the batch and the rows: B reads the batch but not the rows
+], ids=str)
+def test_pixels_fuse_only_where_every_operand_lays_them_out_as_one_run(workload, pixels):
+    tpl = search.template_for(workload, "llvm")
+    names = tpl.structure.axis_names
+    assert (tuple(names[a] for a in tpl.pixels) if tpl.pixels else None) == pixels
+    assert ("fuse_pixels" in tpl.space.names) == (pixels is not None)
+
+
+def test_fused_pixels_vectorize_across_rows_and_give_the_reference_output():
+    """A 1x1 convolution 4 pixels wide, its pixels fused and tiled 2 rows x 4 as one 8-lane vector:
+    the input is read with contiguous vector loads that span two rows, and the output is right.
+    Configs recorded before the knob existed mean the pixels unfused."""
+    workload = conv2d(1, 6, 6, 4, 10, 1, 1, epilogue="bias_relu", constant_weights=True)
+    tpl = search.template_for(workload, "llvm")
+    config = Config(tile_n=(1, 1, 1, 1), tile_k=(2, 5, 1, 1), tile_h=(3, 1, 1, 2), tile_w=(1, 1, 1, 4),
+                    tile_rc=(2, 3), tile_rh=(1, 1), tile_rw=(1, 1), vector_axis="w", pack=0, unroll=16, write_at=1,
+                    fuse_pixels=1)
+    assert tpl.tile_parts(config)[tpl.pixels[1]] == (3, 1, 1, 8)
+    lowered = str(tpl.lower(config))
+    assert re.search(r"data_1\[T.Ramp\([^]]*, 1, 8\)\]", lowered)  # 8 consecutive floats per load
+    inputs = workload.random_inputs(5)
+    expected = workload.reference(*inputs)
+    for fused in (0, 1):
+        for vector_axis in ("w", "k"):
+            chosen = config.replace(fuse_pixels=fused, vector_axis=vector_axis)
+            ex = tvm.compile(tpl.apply(chosen).mod, target=tpl.target.tvm)
+            out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), tvm.cpu())
+            ex(*[tvm.runtime.tensor(x, tvm.cpu()) for x in inputs], out)
+            np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance, err_msg=chosen.id)
+    older = Config({k: v for k, v in config.items() if k != "fuse_pixels"})
+    assert tpl.check(older) == config.replace(fuse_pixels=0)
 
 
 # --------------------------------------------------------------------------------------- CUDA
