@@ -3,6 +3,7 @@
     python -m benchmarks.compare                      # the mixed dozen on this CPU, 256 trials
     python -m benchmarks.compare --resume             # after an interruption: only the missing rows
     python -m benchmarks.compare --resume results/suites/2026-12-06-llvm.json ...  # another day's report
+    python -m benchmarks.compare --resume REPORT --redo --workloads KEY ...  # those rows run again, replaced
     python -m benchmarks.compare --target cuda --trials 64 --workloads "matmul(M=1024,N=1024,K=1024,float32)"
 
 For each workload and trial budget the two tuners run one after the other, their order swapped
@@ -306,7 +307,13 @@ def parse_args(argv: list[str] | None, workloads_default: Sequence[str],
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="REPORT",
                         help="keep the rows a report already holds (today's, or the REPORT .json named) and run "
                              "only the missing ones, into that report")
-    return parser.parse_args(argv)
+    parser.add_argument("--redo", action="store_true",
+                        help="with --resume: run the --workloads again even where the report holds their rows, "
+                             "and replace those rows (after a change to the search space, say)")
+    args = parser.parse_args(argv)
+    if args.redo and not args.resume:
+        parser.error("--redo replaces rows of a report: name it with --resume")
+    return args
 
 
 def tuners(args: argparse.Namespace) -> list[tuple[str, Tuner]]:
@@ -325,6 +332,16 @@ def start_report(out: Path, target: TargetInfo, resume: bool) -> dict:
     return report
 
 
+def replace(rows: list[dict], row: dict) -> None:
+    """`row` in the place of the rows of its workload and budget, or appended if there are none."""
+    same = [i for i, r in enumerate(rows) if (r["workload"], r["trials"]) == (row["workload"], row["trials"])]
+    if same:
+        rows[same[0]] = row
+        rows[:] = [r for i, r in enumerate(rows) if i not in same[1:]]
+    else:
+        rows.append(row)
+
+
 def main(argv: list[str] | None = None, workloads_default: Sequence[str] = MIXED_DOZEN,
          trials_default: Sequence[int] = (256,), name: str = "") -> int:
     """Runs the comparison and writes `<out>/<name><date>-<target>` .json, .md and plots."""
@@ -341,7 +358,7 @@ def main(argv: list[str] | None = None, workloads_default: Sequence[str] = MIXED
     report = start_report(out, target, bool(args.resume))
     facts = host_facts(target)
     report["machine"]["measured"] = facts.to_json() if facts else None
-    done = {(r["workload"], r["trials"]) for r in report["rows"]}
+    done = set() if args.redo else {(r["workload"], r["trials"]) for r in report["rows"]}
     jobs = [(trials, workload) for trials in args.trials for workload in workloads]
     order = tuners(args)
     for index, (trials, workload) in enumerate(jobs):
@@ -352,7 +369,7 @@ def main(argv: list[str] | None = None, workloads_default: Sequence[str] = MIXED
         row = compare(workload, target, trials, args.seed, order if index % 2 == 0 else order[::-1], args.rounds,
                       facts)
         row.update(date=today(), commit=report["versions"]["commit"])  # a resumed report mixes runs
-        report["rows"].append(row)
+        replace(report["rows"], row)
         print(f"  ours {gflops(row, 'ours'):.1f} GFLOPS, MetaSchedule {gflops(row, 'metaschedule') or 0:.1f}, "
               f"torch {gflops(row, 'torch') or 0:.1f}", flush=True)
         write_report(out, report, markdown(report))  # kept after each workload

@@ -16,3 +16,14 @@ def test_roofline_summary_reads_big_compute_bound_tasks_against_peak_and_the_res
            "torch median 60% of peak, lowest 50% (a)" in text
     assert "memory-bound tasks (1): ours median 70% of bandwidth, lowest 70% (gemv)" in text
     assert "tiny" not in text
+
+
+def test_a_row_run_again_takes_the_place_of_the_old_one() -> None:
+    from benchmarks.compare import replace
+
+    rows = [{"workload": "a", "trials": 256, "v": 1}, {"workload": "b", "trials": 256, "v": 1},
+            {"workload": "a", "trials": 64, "v": 1}]
+    replace(rows, {"workload": "a", "trials": 256, "v": 2})
+    replace(rows, {"workload": "c", "trials": 256, "v": 2})
+    assert [(r["workload"], r["trials"], r["v"]) for r in rows] == [("a", 256, 2), ("b", 256, 1), ("a", 64, 1),
+                                                                    ("c", 256, 2)]
