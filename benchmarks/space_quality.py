@@ -1,6 +1,6 @@
 """How good are the programs in our CPU search space? Random, hand-picked, torch and MetaSchedule.
 
-For matmul 512^3 and a ResNet-50 3x3 convolution, in one process:
+For matmul 512^3, ResNet-50 3x3 convolutions and MobileNet-V2 1x1 convolutions, in one process:
 
 * ``random``   : N random configs of our space (built, checked against the numpy reference, timed);
                  best and median GFLOPS.
@@ -107,7 +107,7 @@ def hand_configs(name: str) -> list[dict]:
     if name in ("conv1x1_56", "conv1x1_28"):
         # The pixels fused and tiled as a GEMM's N: a register tile of k3 = 6 channels x 16 or 32
         # consecutive pixels (2 rows x 8, or 4 x 8, across rows), each weight broadcast once per
-        # vector; and, for contrast, the best unfused shape (k vectorized, 4 pixels of a row).
+        # vector; and, for contrast, a k-vectorized unfused one.
         side = 56 if name == "conv1x1_56" else 28
         K, C = (144, 24) if side == 56 else (192, 32)
         p = dict(vector_axis="w", pack=0, unroll=16, write_at=1, fuse_pixels=1, tile_n=(1, 1, 1, 1),
