@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from .config import Config
@@ -211,16 +212,14 @@ class CPUTemplate(Template):
         p % extent back into p, so the fused axis addresses memory contiguously."""
         from tvm.tirx.function import IndexMap
 
+        s = self.structure
         outer, inner = self.pixels  # type: ignore[misc]
-        extent = self.structure.extents[inner]
-
-        def fuse(*iters: Any) -> tuple[Any, ...]:
-            return (*iters[:outer], iters[outer] * extent + iters[inner], *iters[inner + 1:])
-
         (writeback,) = sch.get_consumers(block)
-        for stage in (block, writeback):
-            iters = sch.get(stage).iter_vars
-            sch.transform_block_layout(stage, IndexMap.from_func(fuse, ndim=len(iters), index_dtype=str(iters[0].var.ty)))
+        # the main block iterates over every axis, the write-back over the spatial ones, in order
+        for stage, axes in ((block, list(range(len(s.extents)))), (writeback, s.spatial)):
+            fuse = fusing_pair(axes.index(outer), s.extents[inner])
+            dtype = str(sch.get(stage).iter_vars[0].var.ty)
+            sch.transform_block_layout(stage, IndexMap.from_func(fuse, ndim=len(axes), index_dtype=dtype))
 
     def place_padding(self, sch: Schedule, loop: LoopRV) -> None:
         """Copy the padded window that the iterations of `loop` read, at its start: the
@@ -308,3 +307,13 @@ class CPUTemplate(Template):
         sch.transform_layout(packed, ("write", 0), layout)
         loops = sch.get_loops(packed)
         sch.parallel(loops[0])
+
+
+def fusing_pair(at: int, extent: int) -> Callable[..., tuple[Any, ...]]:
+    """The index map that makes the pair of indices at `at` and `at + 1` (the inner of `extent`) one.
+    A closure over positional indices only: TVM's `IndexMap.from_func` reads keyword parameters as indices."""
+
+    def fuse(*iters: Any) -> tuple[Any, ...]:
+        return (*iters[:at], iters[at] * extent + iters[at + 1], *iters[at + 2:])
+
+    return fuse
