@@ -246,6 +246,26 @@ def test_knob_features_read_a_window_split_by_phase_as_contiguous():
     assert template.phase_stride(config.replace(pad_at="task")) == 2
 
 
+def test_features_read_fused_pixels_as_one_run_of_their_product():
+    """A 1x1 conv on an AVX2 CPU (8 lanes), tiled 2 rows x 4 columns in registers: unfused, its
+    vectors are 4 columns wide, half empty; fused, the same tile is 8 consecutive pixels, one full
+    vector, and the features read it so, without lowering."""
+    from cost_model.draft import draft_features
+    from cost_model.knob_features import knob_features
+
+    zen3 = search.TargetInfo.from_record("llvm -mcpu=znver3 -num-cores=2", None)
+    template = search.template_for(workloads.conv2d(1, 6, 6, 4, 10, 1, 1), zen3)
+    config = template.check(search.Config(
+        tile_n=(1, 1, 1, 1), tile_k=(2, 5, 1, 1), tile_h=(3, 1, 1, 2), tile_w=(1, 1, 1, 4), tile_rc=(2, 3),
+        tile_rh=(1, 1), tile_rw=(1, 1), vector_axis="w", pack=0, unroll=0, write_at=0, fuse_pixels=0))
+    unfused, fused = config, config.replace(fuse_pixels=1)
+    assert draft_features(template, unfused)["vector_efficiency"] == 0.5
+    assert draft_features(template, fused)["vector_efficiency"] == 1.0
+    assert knob_features(template, unfused)["accumulator_registers"] == 2  # a half-empty vector per row
+    assert knob_features(template, fused)["accumulator_registers"] == 1
+    assert knob_features(template, fused)["vector_reads_contiguous"] == 1  # the input; the weight is broadcast
+
+
 def test_cpu_features_skip_per_store_unless_asked_and_agree_on_the_rest():
     from cost_model.features import BASE_COLUMNS, reads_per_store
 
