@@ -121,7 +121,7 @@ def test_cpu_configs_compile_and_match_reference(name):
 
 
 @pytest.mark.parametrize("name", ["matmul_33x20x17_transpose_b_bias_gelu", "conv2d_nchw_s2_p3",
-                                  "conv2d_nhwc_bias_relu"])
+                                  "conv2d_nhwc_bias_relu", "conv2d_1x1_bias_relu"])
 def test_constant_weights_prepacked_give_the_same_output_as_packing_on_every_call(name):
     """With constant weights, a packing config takes the weight in `packed_weight`'s layout (made
     once outside) and computes what the per-call packing kernel computes."""
