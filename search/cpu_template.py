@@ -27,7 +27,11 @@ class CPUTemplate(Template):
     the epilogue is fused too); one weight-like operand may be packed so that the vectorized
     axis is contiguous and innermost in memory. A padded input is either read in place (every
     read guarded by the border test, which keeps LLVM from vectorizing loops along the padded
-    axes) or copied, padded, per parallel task or cache tile (`pad_at`).
+    axes) or copied, padded, per parallel task or cache tile (`pad_at`). Where every operand lays
+    two adjacent spatial axes out as one contiguous run (a 1x1, stride-1 convolution's output
+    rows and columns), a config may fuse them (`fuse_pixels`): the pixels are then tiled as one
+    axis, a GEMM's N, so that a vector may span the end of one row and the start of the next (a
+    row of 56 pixels takes no 16-lane vector otherwise).
     """
 
     def vector_candidates(self) -> list[int]:
