@@ -77,24 +77,19 @@ class CPUTemplate(Template):
             return None
         output = Access(s.main_block, tuple(tuple(int(a == b) for b in range(len(s.extents))) for a in s.spatial),
                         False, tuple(s.extents[a] for a in s.spatial))
-
-        def dim_of(access: Access, axis: int) -> int | None:
-            """The dimension indexed by `axis` alone, but for axes of extent 1 (a 1x1 filter's)."""
-            for d, dim in enumerate(access.coefficients):
-                if dim[axis] == 1 and all(c == 0 or a == axis or s.extents[a] == 1 for a, c in enumerate(dim)):
-                    return d
-            return None
+        unit = [a for a, extent in enumerate(s.extents) if extent == 1]  # a 1x1 filter's axes, say
 
         def run(access: Access, outer: int, inner: int) -> bool | None:
             """Whether `access` reads the two axes as one run; None if it reads neither."""
             if not any(dim[outer] or dim[inner] for dim in access.coefficients):
                 return None
-            d, e = dim_of(access, outer), dim_of(access, inner)
+            d, e = access.dim_indexed_by(outer, unit), access.dim_indexed_by(inner, unit)
             return d is not None and e == d + 1 and access.shape[e] == s.extents[inner]
 
+        vectorizable = self.vector_candidates()
         for outer, inner in reversed(list(zip(s.spatial, s.spatial[1:]))):  # the innermost pair first
             runs = [run(access, outer, inner) for access in s.reads]
-            if (inner == outer + 1 and outer not in self.vector_candidates() and run(output, outer, inner)
+            if (inner == outer + 1 and outer not in vectorizable and run(output, outer, inner)
                     and True in runs and False not in runs):
                 return outer, inner
         return None

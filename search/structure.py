@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from workloads import Workload
@@ -23,10 +24,11 @@ class Access:
         """Elements touched when every axis `a` sweeps `tile[a]` consecutive values."""
         return math.prod(sum(abs(c) * (t - 1) for c, t in zip(dim, tile)) + 1 for dim in self.coefficients)
 
-    def dim_indexed_by(self, axis: int) -> int | None:
-        """The dimension whose index is exactly axis `axis` (a candidate for packing), if any."""
+    def dim_indexed_by(self, axis: int, ignored: Collection[int] = ()) -> int | None:
+        """The dimension whose index is exactly axis `axis` (a candidate for packing), if any;
+        axes in `ignored` (e.g. those of extent 1) may appear in it too."""
         for d, dim in enumerate(self.coefficients):
-            if dim[axis] == 1 and sum(abs(c) for c in dim) == 1:
+            if dim[axis] == 1 and all(c == 0 or a == axis or a in ignored for a, c in enumerate(dim)):
                 return d
         return None
 
