@@ -17,6 +17,7 @@ REDUCE_LEVELS = 2
 UNROLL_STEPS = (0, 16, 64, 512)
 VECTOR_REGISTERS = 16  # ymm/zmm registers that hold the accumulator tile
 VECTOR_ROW_REGISTERS = 4  # widest vectorized loop, in registers: LLVM's compile time explodes past it
+STREAMED_ROW_L1_SHARE = 2  # a matrix-vector product's accumulator row may fill up to 1/2 of L1
 PAD_PLACEMENTS = ("inline", "task", "tile")  # padding read in place, or copied per parallel task / cache tile
 
 
@@ -32,6 +33,11 @@ class CPUTemplate(Template):
     rows and columns), a config may fuse them (`fuse_pixels`): the pixels are then tiled as one
     axis, a GEMM's N, so that a vector may span the end of one row and the start of the next (a
     row of 56 pixels takes no 16-lane vector otherwise).
+
+    A matrix-vector product (`matrix_vector`: a GEMV, LLM decoding) reuses no weight across its
+    outputs, so its register tile may be a row wider than the registers: TVM then leaves that loop
+    to LLVM's loop vectorizer, and the accumulators stay in L1 while the weight streams past them,
+    as in MetaSchedule's best GEMVs.
     """
 
     def vector_candidates(self) -> list[int]:
@@ -63,6 +69,7 @@ class CPUTemplate(Template):
         if self.pixels:
             knobs.append(ChoiceKnob("fuse_pixels", (0, 1), default=0))
         self.lanes = self.target.vector_lanes(self.workload.dtype)
+        self.matrix_vector = self.reads_each_weight_once()
         return Space(tuple(knobs), (self.register_rule, self.vector_rule, self.pack_rule))
 
     def vector_axis(self, config: Config) -> int:
@@ -94,6 +101,13 @@ class CPUTemplate(Template):
                 return outer, inner
         return None
 
+    def reads_each_weight_once(self) -> bool:
+        """Whether some input has each of its elements read by one iteration only (a GEMV's
+        weight, a batched GEMV's right-hand side): there is then no reuse of it for a register
+        tile to exploit."""
+        s = self.structure
+        return any(access.is_input and access.footprint(s.extents) == math.prod(s.extents) for access in s.reads)
+
     def fused(self, config: Config) -> bool:
         return bool(config.get("fuse_pixels"))
 
@@ -111,18 +125,34 @@ class CPUTemplate(Template):
     def register_rule(self, config: Config) -> str | None:
         parts = self.tile_parts(config)
         tile = math.prod(parts[a][-1] for a in self.structure.spatial)
+        if self.matrix_vector:
+            limit = self.target.cache_or_datasheet("L1") // STREAMED_ROW_L1_SHARE // self.structure.dtype_bytes
+            if tile > limit:
+                return f"accumulator row of {tile} elements exceeds 1/{STREAMED_ROW_L1_SHARE} of L1 ({limit})"
+            return None
         limit = VECTOR_REGISTERS * self.lanes
         if tile > limit:
             return f"register tile of {tile} elements exceeds {VECTOR_REGISTERS} vector registers ({limit})"
         return None
 
     def vector_rule(self, config: Config) -> str | None:
-        """A 131-lane vector in a fully unrolled reduction took LLVM 86 s to compile (AVX-512)."""
+        """A 131-lane vector in a fully unrolled reduction took LLVM 86 s to compile (AVX-512).
+        A matrix-vector product's wider rows are left to LLVM's loop vectorizer (`vectorizes`)."""
         width = self.tile_parts(config)[self.vector_axis(config)][-1]
-        limit = VECTOR_ROW_REGISTERS * self.lanes
-        if width > limit:
-            return f"vectorized loop of {width} elements exceeds {VECTOR_ROW_REGISTERS} vector registers ({limit})"
+        if width > self.vector_row_limit and not self.matrix_vector:
+            return (f"vectorized loop of {width} elements exceeds {VECTOR_ROW_REGISTERS} vector registers "
+                    f"({self.vector_row_limit})")
         return None
+
+    @property
+    def vector_row_limit(self) -> int:
+        """The widest loop that TVM vectorizes: one vector of that many lanes, held in registers."""
+        return VECTOR_ROW_REGISTERS * self.lanes
+
+    def vectorizes(self, config: Config) -> bool:
+        """Whether TVM vectorizes the register tile's innermost loop; else it is a streamed row of
+        a matrix-vector product, a loop left to LLVM's loop vectorizer with its accumulators in L1."""
+        return self.tile_parts(config)[self.vector_axis(config)][-1] <= self.vector_row_limit
 
     def pack_rule(self, config: Config) -> str | None:
         if config.get("pack") and self.packed_operand(self.vector_axis(config)) is None:
@@ -193,7 +223,8 @@ class CPUTemplate(Template):
         if config["unroll"]:
             sch.annotate(outer, "pragma_auto_unroll_max_step", config["unroll"])
             sch.annotate(outer, "pragma_unroll_explicit", 1)
-        self.vectorize_innermost(sch, levels[5][-1])
+        if self.vectorizes(config):
+            self.vectorize_innermost(sch, levels[5][-1])
         sch.decompose_reduction(block, levels[2][0])
         writeback_loops = sch.get_loops(writeback)
         attach_depth = 1 if config["write_at"] == 0 else 1 + len(spatial)
@@ -226,7 +257,7 @@ class CPUTemplate(Template):
         pad = sch.get_sblock(self.structure.pad_block)
         sch.compute_at(pad, loop)
         innermost = sch.get_loops(pad)[-1]
-        if int(sch.get(innermost).extent) <= VECTOR_ROW_REGISTERS * self.lanes:
+        if int(sch.get(innermost).extent) <= self.vector_row_limit:
             self.vectorize_innermost(sch, innermost)
 
     def phase_stride(self, config: Config) -> int:

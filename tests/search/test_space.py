@@ -266,6 +266,38 @@ def test_fused_pixels_vectorize_across_rows_and_give_the_reference_output():
     assert tpl.check(older) == config.replace(fuse_pixels=0)
 
 
+@pytest.mark.parametrize("workload, expected", [
+    (matmul(1, 30, 17, transpose_b=True), True),  # a GEMV: each weight element read once
+    (batch_matmul(3, 1, 13, 17), True),  # a batched GEMV (LLM decoding's attention)
+    (matmul(1, 1, 1), True),
+    (matmul(8, 8, 8), False),  # every weight element read by 8 rows
+    (depthwise_conv2d(1, 5, 11, 13, 3, 3, padding=1), False),  # each input pixel read by 9 windows
+    (conv2d(1, 6, 5, 7, 10, 1, 1), False),
+], ids=str)
+def test_matrix_vector_products_are_those_reading_an_input_once(workload, expected):
+    assert search.template_for(workload, "llvm").matrix_vector is expected
+
+
+def test_matrix_vector_rows_wider_than_the_registers_stream_and_give_the_reference_output():
+    """A GEMV's register tile may be a row of 150 accumulators, wider than TVM vectorizes: the
+    loop is left to LLVM (no 150-lane vector in the program) and the output is right. The same
+    row is refused where rows of the weight are reused (M = 2)."""
+    workload = matmul(1, 300, 17, transpose_b=True, epilogue="bias")
+    tpl = search.template_for(workload, "llvm")
+    config = Config(tile_i=(1, 1, 1, 1), tile_j=(2, 1, 1, 150), tile_k=(17, 1), vector_axis="j", pack=1, unroll=0,
+                    write_at=0)
+    assert 150 > tpl.vector_row_limit and tpl.space.is_valid(config) and not tpl.vectorizes(config)
+    assert re.search(r"(\w+)\[j_3\] = \1\[j_3\] \+", str(tpl.lower(config)))  # one accumulator a step
+    inputs = workload.random_inputs(3)
+    ex = tvm.compile(tpl.apply(config).mod, target=tpl.target.tvm)
+    out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), tvm.cpu())
+    ex(*[tvm.runtime.tensor(x, tvm.cpu()) for x in inputs], out)
+    np.testing.assert_allclose(out.numpy(), workload.reference(*inputs), *workload.tolerance)
+    reused = search.template_for(matmul(2, 300, 17, transpose_b=True, epilogue="bias"), "llvm")
+    with pytest.raises(InvalidConfig, match="vectorized loop"):
+        reused.apply(config.replace(tile_i=(2, 1, 1, 1)))
+
+
 # --------------------------------------------------------------------------------------- CUDA
 
 
