@@ -17,7 +17,7 @@ REDUCE_LEVELS = 2
 UNROLL_STEPS = (0, 16, 64, 512)
 VECTOR_REGISTERS = 16  # ymm/zmm registers that hold the accumulator tile
 VECTOR_ROW_REGISTERS = 4  # widest vectorized loop, in registers: LLVM's compile time explodes past it
-STREAMED_ROW_L1_SHARE = 2  # a matrix-vector product's accumulator row may fill up to 1/2 of L1
+STREAMED_ROW_BYTES = 16 * 1024  # a matrix-vector product's accumulator row: half the smallest L1 (32 KiB)
 PAD_PLACEMENTS = ("inline", "task", "tile")  # padding read in place, or copied per parallel task / cache tile
 
 
@@ -126,9 +126,9 @@ class CPUTemplate(Template):
         parts = self.tile_parts(config)
         tile = math.prod(parts[a][-1] for a in self.structure.spatial)
         if self.matrix_vector:
-            limit = self.target.cache_or_datasheet("L1") // STREAMED_ROW_L1_SHARE // self.structure.dtype_bytes
+            limit = STREAMED_ROW_BYTES // self.structure.dtype_bytes
             if tile > limit:
-                return f"accumulator row of {tile} elements exceeds 1/{STREAMED_ROW_L1_SHARE} of L1 ({limit})"
+                return f"accumulator row of {tile} elements exceeds {STREAMED_ROW_BYTES // 1024} KiB ({limit})"
             return None
         limit = VECTOR_REGISTERS * self.lanes
         if tile > limit:

@@ -296,6 +296,9 @@ def test_matrix_vector_rows_wider_than_the_registers_stream_and_give_the_referen
     reused = search.template_for(matmul(2, 300, 17, transpose_b=True, epilogue="bias"), "llvm")
     with pytest.raises(InvalidConfig, match="vectorized loop"):
         reused.apply(config.replace(tile_i=(2, 1, 1, 1)))
+    too_long = search.template_for(matmul(1, 8192, 17, transpose_b=True), "llvm")  # 32 KiB of accumulators
+    with pytest.raises(InvalidConfig, match="accumulator row"):
+        too_long.apply(config.replace(tile_j=(1, 1, 1, 8192)))
 
 
 # --------------------------------------------------------------------------------------- CUDA
