@@ -11,6 +11,7 @@ The records train and test the shipped cost model and serve the replay benchmark
     python -m benchmarks.collect --set dense --per-workload 200 --seed 7 --passes 2 --records cpu_rocketlake.jsonl
     python -m benchmarks.collect --workloads <other-host's four stride-2 convs> --per-workload 150 --seed 8 \
         --records cpu_rocketlake.jsonl  # after dropping their configs whose program the phase split changed
+    python -m benchmarks.collect --set gemv --per-workload 150 --seed 9 --records cpu_znver4.jsonl  # streamed rows
 A new CPU's first set can also hold workloads that no set has (`--workloads`), kept apart from the
 training files, to test the shipped model as a user on that CPU meets it (`benchmarks/data/heldout-*`):
     python -m benchmarks.collect --workloads "matmul(M=197,N=3072,K=768,transpose_b=True,float32)" \
@@ -94,8 +95,18 @@ OTHER_HOST_WORKLOADS = (
     "batch_matmul(B=16,M=128,N=128,K=128,transpose_b=True,float32)",
 )
 
+# Matrix-vector products (LLM decoding, classifier heads), whose register tile may be a streamed row
+# wider than the registers: shapes of no suite, so that the suites' GEMVs stay unseen in training.
+GEMV_WORKLOADS = (
+    "matmul(M=1,N=2304,K=768,transpose_b=True,epilogue=bias,constant_weights=True,float32)",
+    "matmul(M=1,N=3072,K=768,transpose_b=True,epilogue=bias,constant_weights=True,float32)",
+    "matmul(M=1,N=1536,K=1536,transpose_b=True,constant_weights=True,float32)",
+    "matmul(M=1,N=512,K=2048,transpose_b=True,epilogue=bias,constant_weights=True,float32)",
+    "batch_matmul(B=16,M=1,N=256,K=64,transpose_b=True,float32)",
+)
+
 WORKLOAD_SETS = {"random": DATASET_WORKLOADS, "dense": DENSE_WORKLOADS, "transfer": TRANSFER_WORKLOADS,
-                 "other-host": OTHER_HOST_WORKLOADS}
+                 "other-host": OTHER_HOST_WORKLOADS, "gemv": GEMV_WORKLOADS}
 
 
 def parse_args() -> argparse.Namespace:
@@ -106,7 +117,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workloads", nargs="*", help="workload keys (default: those of --set)")
     parser.add_argument("--set", choices=WORKLOAD_SETS, default="random",
                         help="random: the first cost-model set; dense: the replay set of six workloads; "
-                             "transfer: training-only workloads; other-host: workloads only ever tested on")
+                             "transfer: training-only workloads; other-host: workloads only ever tested on; "
+                             "gemv: matrix-vector products")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--passes", type=int, default=1,
