@@ -478,6 +478,23 @@ class MetaScheduleRun:
         """The best candidate's latency by MetaSchedule's own runner; None if none ran."""
         return min(self.latencies, default=None)
 
+    def timing(self, workload_inputs: Sequence[np.ndarray]) -> tuple[Any, list[np.ndarray]]:
+        """The module to time and its inputs: `timed_program`'s for the best program."""
+        return timed_program(self.module, self.timed, workload_inputs)
+
+
+def timed_program(module: Any, timed: tuple[Any, list[tuple[int, ...]]] | None,
+                  workload_inputs: Sequence[np.ndarray]) -> tuple[Any, list[np.ndarray]]:
+    """MetaSchedule's program to time and its inputs: `module` on the workload's inputs, or the
+    `timed` program (`MetaScheduleRun.timed`) with a weight of its own layout's shape (values
+    random: the layout's values are made by the rewrite it leaves out, which `module` checked)."""
+    if timed is None:
+        return module, list(workload_inputs)
+    program, shapes = timed
+    rng = np.random.default_rng(0)
+    return program, [x if x.shape == shape else rng.uniform(-1.0, 1.0, shape).astype(x.dtype)
+                     for x, shape in zip(workload_inputs, shapes)]
+
 
 def _recorder(flops: float, started: float, curve: list[tuple[float, float]], latencies: list[float]) -> Any:
     """A measure callback that records each candidate's latency and the best GFLOPS so far."""

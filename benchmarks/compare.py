@@ -35,7 +35,8 @@ import numpy as np
 
 from benchmarks.common import (BUILDER_TIMEOUT_S, RESULTS, Quiet, Timer, Timing, TimingProtocol, command, fmt,
                                host_facts, machine, machine_line, percent, plot_roofline, roofline_columns,
-                               roofline_summary, today, tune_metaschedule, vendor_sides, versions, write_report)
+                               roofline_summary, timed_program, today, tune_metaschedule, vendor_sides, versions,
+                               write_report)
 
 if TYPE_CHECKING:
     from search import Config, PackedWeight, TargetInfo
@@ -84,15 +85,9 @@ class Run:
         return workload_inputs if self.packed_weight is None else self.packed_weight.packed_inputs(workload_inputs)
 
     def timing(self, workload_inputs: list[np.ndarray]) -> tuple[Any, list[np.ndarray]]:
-        """The module to time and its inputs: `module` on `inputs`, or the `timed` program with a
-        weight of its own layout's shape (values random: the layout's values are made by the
-        rewrite it leaves out, which `module` checked)."""
-        if self.timed is None:
-            return self.module, self.inputs(workload_inputs)
-        module, shapes = self.timed
-        rng = np.random.default_rng(0)
-        return module, [x if x.shape == shape else rng.uniform(-1.0, 1.0, shape).astype(x.dtype)
-                        for x, shape in zip(workload_inputs, shapes)]
+        """The module to time and its inputs: `module` on `inputs`, or MetaSchedule's `timed`
+        program on inputs of its shapes (`timed_program`)."""
+        return timed_program(self.module, self.timed, self.inputs(workload_inputs))
 
 
 Tuner = Callable[["Workload", "TargetInfo", int, int], Run]  # (workload, target, trials, seed) -> Run

@@ -1,6 +1,7 @@
 """How good are the programs in our CPU search space? Random, hand-picked, torch and MetaSchedule.
 
-For matmul 512^3, ResNet-50 3x3 convolutions and MobileNet-V2 1x1 convolutions, in one process:
+For matmul 512^3, ResNet-50 3x3 convolutions, MobileNet-V2 1x1 convolutions and a GEMV (its weight
+constant: each side lays it out once, ahead of the calls timed), in one process:
 
 * ``random``   : N random configs of our space (built, checked against the numpy reference, timed);
                  best and median GFLOPS.
@@ -52,6 +53,8 @@ WORKLOADS = {
     # 1x1 convolutions over many pixels (MobileNet-V2's expansions), where the pixels may be fused
     "conv1x1_56": "conv2d(N=1,C=24,H=56,W=56,K=144,R=1,S=1,float32)",
     "conv1x1_28": "conv2d(N=1,C=32,H=28,W=28,K=192,R=1,S=1,float32)",
+    # a matrix-vector product (ResNet-50's classifier), whose register tile may be a streamed row
+    "gemv": "matmul(M=1,N=1000,K=2048,transpose_b=True,epilogue=bias,constant_weights=True,float32)",
 }
 MS_EVALUATOR = TimingProtocol(number=3, repeat=1, min_ms=50)  # MetaSchedule's runner while it tunes
 HEADER = ["workload", "random best", "random median", "hand", "space best", "torch", "torch 1thr", "MS@N",
@@ -122,6 +125,15 @@ def hand_configs(name: str) -> list[dict]:
                  tile_rh=(1, 1), tile_rw=(1, 1), tile_rc=(1, C))
         unfused = [dict(k, tile_k=(K // 48, 1, 1, 48), tile_h=(2, side // 2, 1, 1), tile_w=(1, side // 4, 1, 4))]
         return fused + unfused
+    if name == "gemv":
+        # Streamed rows: 2 or 4 parallel chunks of the 1000 outputs, each one row of 250 or 500
+        # accumulators in L1 that the packed weight streams past, k outermost; and, for contrast,
+        # register tiles of 50 and 40 lanes (3 and 2.5 zmm), all that fits 1000 without a remainder.
+        g = dict(vector_axis="j", pack=1, unroll=16, write_at=0, tile_i=(1, 1, 1, 1))
+        return [dict(g, tile_j=tj, tile_k=tk) for tj, tk in [
+            ((4, 1, 1, 250), (2048, 1)), ((4, 1, 1, 250), (256, 8)), ((2, 1, 1, 500), (256, 8)),
+            ((2, 1, 2, 250), (8, 256)), ((4, 5, 1, 50), (16, 128)), ((4, 5, 5, 10), (512, 4)),
+        ]]
     raise KeyError(name)
 
 
@@ -173,6 +185,20 @@ def pixel_family(extents: dict[str, int]) -> Iterable[dict]:
                                vector_axis="w", pack=0, unroll=unroll, write_at=1, fuse_pixels=1)
 
 
+def row_family() -> Iterable[dict]:
+    """Variants of the hand-picked GEMV family: streamed rows of 100 to 500 accumulators, register
+    tiles of 20 to 50 lanes, over 1 to 8 parallel chunks and a few splits of k."""
+    for width in (20, 25, 40, 50, 100, 125, 200, 250, 500):
+        for chunks in (1, 2, 4, 5, 8):
+            if 1000 % (chunks * width):
+                continue
+            for s2 in (1, 1000 // (chunks * width)):
+                for k1 in (1, 8, 64, 256):
+                    for unroll in (0, 16, 64):
+                        yield dict(tile_i=(1, 1, 1, 1), tile_j=(chunks, 1000 // (chunks * width * s2), s2, width),
+                                   tile_k=(2048 // k1, k1), vector_axis="j", pack=1, unroll=unroll, write_at=0)
+
+
 def family_configs(name: str, template: Template) -> list[Config]:
     """The valid systematic variants around the hand-picked family of one of `WORKLOADS`."""
     from search import Config
@@ -180,7 +206,7 @@ def family_configs(name: str, template: Template) -> list[Config]:
     structure = template.structure
     extents = dict(zip(structure.axis_names, structure.extents))
     family = (matmul_family() if name == "matmul512" else pixel_family(extents) if name.startswith("conv1x1")
-              else conv_family(extents))
+              else row_family() if name == "gemv" else conv_family(extents))
     return [c for c in map(Config, family) if template.space.is_valid(c)]
 
 
@@ -221,9 +247,15 @@ class Bench:
         m = self.modes[mode]
         return self.quiet.measure(fn, m.retries, m.wait_s)
 
-    def time_kernel(self, module: Any, mode: str = "full") -> Timing:
-        """A TVM kernel's seconds, taken in `mode`."""
-        return self.measure(lambda: self.timer.tvm(module, self.modes[mode].protocol), mode)
+    def inputs(self, config: Config) -> list[np.ndarray] | None:
+        """The inputs a config's kernel takes: its weight packed, where it takes it so; else None
+        (the workload's own)."""
+        packed = self.template.packed_weight(config)
+        return packed.packed_inputs(self.timer.inputs) if packed else None
+
+    def time_kernel(self, module: Any, mode: str = "full", inputs: list[np.ndarray] | None = None) -> Timing:
+        """A TVM kernel's seconds on the workload's inputs (or `inputs`), taken in `mode`."""
+        return self.measure(lambda: self.timer.tvm(module, self.modes[mode].protocol, inputs), mode)
 
 
 def make_bench(name: str, args: argparse.Namespace, quiet: Quiet) -> Bench:
@@ -253,11 +285,12 @@ def run_config(bench: Bench, config: dict | Config, mode: str = "full") -> dict:
         started = time.perf_counter()
         module = build(bench.template, config)
         result["build_s"] = round(time.perf_counter() - started, 3)
-        result["ok"] = bench.timer.check(module)
+        inputs = bench.inputs(config)
+        result["ok"] = bench.timer.check(module, inputs)
         if not result["ok"]:
             result["error"] = "wrong result"
             return result
-        seconds, other = bench.time_kernel(module, mode)
+        seconds, other = bench.time_kernel(module, mode, inputs)
         result.update(seconds=seconds, gflops=bench.timer.gflops(seconds), other_load=round(other, 3))
     except InvalidConfig as err:
         result["error"] = f"invalid: {str(err)[:200]}"
@@ -409,9 +442,10 @@ def metaschedule_phase(bench: Bench, args: argparse.Namespace) -> tuple[dict, di
         result.update(tune_s=round(run.seconds, 1), other_load_during_tuning_excl_own_workers=round(watch.other, 3),
                       measured=len(run.latencies), ms_own_best_gflops=bench.timer.gflops(run.best_latency),
                       ok=bench.timer.check(run.module))
-        seconds, other = bench.time_kernel(run.module)
+        module, inputs = run.timing(bench.timer.inputs)
+        seconds, other = bench.time_kernel(module, inputs=inputs)
         result.update(seconds=seconds, gflops=bench.timer.gflops(seconds), other_load=round(other, 3), trace=run.trace)
-        sides["metaschedule"] = lambda: bench.timer.tvm(run.module)
+        sides["metaschedule"] = lambda: bench.timer.tvm(module, inputs=inputs)
     except Exception as err:  # MetaSchedule failing is a finding of the run, not its end
         result["error"] = f"{type(err).__name__}: {err}"[:500]
     print(f"  MetaSchedule@{args.ms_trials} {fmt(result.get('gflops'))} GFLOPS "
@@ -423,11 +457,17 @@ def metaschedule_phase(bench: Bench, args: argparse.Namespace) -> tuple[dict, di
 def contenders(bench: Bench, entry: dict, others: dict[str, Callable[[], float]]) -> dict[str, Callable[[], float]]:
     """The table's programs as timings: the best hand-picked config, the space's best where it is
     another, then `others` (MetaSchedule's best, torch)."""
+    from search import Config
+
     configs = {"hand": entry["hand"]["best_config"], "space": entry["space_best_config"]}
     if configs["space"] == configs["hand"]:
         del configs["space"]
-    modules = {label: build(bench.template, config) for label, config in configs.items() if config is not None}
-    return {**{label: (lambda m=m: bench.timer.tvm(m)) for label, m in modules.items()}, **others}
+    sides = {}
+    for label, config in configs.items():
+        if config is not None:
+            module, inputs = build(bench.template, config), bench.inputs(Config(config))
+            sides[label] = lambda m=module, i=inputs: bench.timer.tvm(m, inputs=i)
+    return {**sides, **others}
 
 
 def head_to_head(bench: Bench, sides: dict[str, Callable[[], float]], args: argparse.Namespace) -> dict:
