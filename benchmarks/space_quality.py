@@ -127,8 +127,8 @@ def hand_configs(name: str) -> list[dict]:
         return fused + unfused
     if name == "gemv":
         # Streamed rows: 2 or 4 parallel chunks of the 1000 outputs, each one row of 250 or 500
-        # accumulators in L1 that the packed weight streams past, k outermost; and, for contrast,
-        # register tiles of 50 and 40 lanes (3 and 2.5 zmm), all that fits 1000 without a remainder.
+        # accumulators in L1 that the packed weight streams past; and, for contrast, register tiles
+        # of 50 and 10 lanes (the latter the tuner's best before streamed rows).
         g = dict(vector_axis="j", pack=1, unroll=16, write_at=0, tile_i=(1, 1, 1, 1))
         return [dict(g, tile_j=tj, tile_k=tk) for tj, tk in [
             ((4, 1, 1, 250), (2048, 1)), ((4, 1, 1, 250), (256, 8)), ((2, 1, 1, 500), (256, 8)),
@@ -185,18 +185,19 @@ def pixel_family(extents: dict[str, int]) -> Iterable[dict]:
                                vector_axis="w", pack=0, unroll=unroll, write_at=1, fuse_pixels=1)
 
 
-def row_family() -> Iterable[dict]:
-    """Variants of the hand-picked GEMV family: streamed rows of 100 to 500 accumulators, register
-    tiles of 20 to 50 lanes, over 1 to 8 parallel chunks and a few splits of k."""
+def row_family(extents: dict[str, int]) -> Iterable[dict]:
+    """Variants of the hand-picked GEMV family: streamed rows and register tiles over 1 to 8
+    parallel chunks of the `j` outputs and a few splits of the reduction `k`."""
+    N, K = extents["j"], extents["k"]
     for width in (20, 25, 40, 50, 100, 125, 200, 250, 500):
         for chunks in (1, 2, 4, 5, 8):
-            if 1000 % (chunks * width):
+            if N % (chunks * width):
                 continue
-            for s2 in (1, 1000 // (chunks * width)):
+            for s2 in (1, N // (chunks * width)):
                 for k1 in (1, 8, 64, 256):
                     for unroll in (0, 16, 64):
-                        yield dict(tile_i=(1, 1, 1, 1), tile_j=(chunks, 1000 // (chunks * width * s2), s2, width),
-                                   tile_k=(2048 // k1, k1), vector_axis="j", pack=1, unroll=unroll, write_at=0)
+                        yield dict(tile_i=(1, 1, 1, 1), tile_j=(chunks, N // (chunks * width * s2), s2, width),
+                                   tile_k=(K // k1, k1), vector_axis="j", pack=1, unroll=unroll, write_at=0)
 
 
 def family_configs(name: str, template: Template) -> list[Config]:
@@ -206,7 +207,7 @@ def family_configs(name: str, template: Template) -> list[Config]:
     structure = template.structure
     extents = dict(zip(structure.axis_names, structure.extents))
     family = (matmul_family() if name == "matmul512" else pixel_family(extents) if name.startswith("conv1x1")
-              else row_family() if name == "gemv" else conv_family(extents))
+              else row_family(extents) if name == "gemv" else conv_family(extents))
     return [c for c in map(Config, family) if template.space.is_valid(c)]
 
 
