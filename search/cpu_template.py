@@ -138,7 +138,7 @@ class CPUTemplate(Template):
     def vector_rule(self, config: Config) -> str | None:
         """A 131-lane vector in a fully unrolled reduction took LLVM 86 s to compile (AVX-512).
         A matrix-vector product's wider rows are left to LLVM's loop vectorizer (`vectorizes`)."""
-        width = self.tile_parts(config)[self.vector_axis(config)][-1]
+        width = self.vector_width(config)
         if width > self.vector_row_limit and not self.matrix_vector:
             return (f"vectorized loop of {width} elements exceeds {VECTOR_ROW_REGISTERS} vector registers "
                     f"({self.vector_row_limit})")
@@ -149,10 +149,14 @@ class CPUTemplate(Template):
         """The widest loop that TVM vectorizes: one vector of that many lanes, held in registers."""
         return VECTOR_ROW_REGISTERS * self.lanes
 
+    def vector_width(self, config: Config) -> int:
+        """The register tile's extent along the vectorized axis: its innermost loop's."""
+        return self.tile_parts(config)[self.vector_axis(config)][-1]
+
     def vectorizes(self, config: Config) -> bool:
         """Whether TVM vectorizes the register tile's innermost loop; else it is a streamed row of
         a matrix-vector product, a loop left to LLVM's loop vectorizer with its accumulators in L1."""
-        return self.tile_parts(config)[self.vector_axis(config)][-1] <= self.vector_row_limit
+        return self.vector_width(config) <= self.vector_row_limit
 
     def pack_rule(self, config: Config) -> str | None:
         if config.get("pack") and self.packed_operand(self.vector_axis(config)) is None:
@@ -223,7 +227,8 @@ class CPUTemplate(Template):
         if config["unroll"]:
             sch.annotate(outer, "pragma_auto_unroll_max_step", config["unroll"])
             sch.annotate(outer, "pragma_unroll_explicit", 1)
-        if self.vectorizes(config):
+        vectorized = self.vectorizes(config)
+        if vectorized:
             self.vectorize_innermost(sch, levels[5][-1])
         sch.decompose_reduction(block, levels[2][0])
         writeback_loops = sch.get_loops(writeback)
@@ -232,7 +237,7 @@ class CPUTemplate(Template):
         # unless the accumulator was transposed (then it is a gather, and LLVM compiles wide gathers
         # in unrolled nests for minutes) or is a streamed row (a TVM vector as wide as the row made
         # a GEMV run at 6 GFLOP/s instead of 82: LLVM's loop vectorizer takes that loop too)
-        if len(writeback_loops) > attach_depth and vec == s.spatial[-1] and self.vectorizes(config):
+        if len(writeback_loops) > attach_depth and vec == s.spatial[-1] and vectorized:
             self.vectorize_innermost(sch, writeback_loops[-1])
         if self.phase_stride(config) > 1:
             self.split_rows_by_phase(sch, self.phase_stride(config))
