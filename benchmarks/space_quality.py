@@ -1,7 +1,7 @@
 """How good are the programs in our CPU search space? Random, hand-picked, torch and MetaSchedule.
 
-For matmul 512^3, ResNet-50 3x3 convolutions, MobileNet-V2 1x1 convolutions and a GEMV (its weight
-constant: each side lays it out once, ahead of the calls timed), in one process:
+For matmul 512^3, ResNet-50 3x3 convolutions, MobileNet-V2 1x1 convolutions, a GEMV (its weight
+constant: each side lays it out once, ahead of the calls timed) and a batched GEMV, in one process:
 
 * ``random``   : N random configs of our space (built, checked against the numpy reference, timed);
                  best and median GFLOPS.
@@ -55,6 +55,8 @@ WORKLOADS = {
     "conv1x1_28": "conv2d(N=1,C=32,H=28,W=28,K=192,R=1,S=1,float32)",
     # a matrix-vector product (ResNet-50's classifier), whose register tile may be a streamed row
     "gemv": "matmul(M=1,N=1000,K=2048,transpose_b=True,epilogue=bias,constant_weights=True,float32)",
+    # batched GEMVs (LLM decoding's scores against 129 cached keys), whose reduction may be split into lanes
+    "bgemv": "batch_matmul(B=32,M=1,N=129,K=128,transpose_b=True,float32)",
 }
 MS_EVALUATOR = TimingProtocol(number=3, repeat=1, min_ms=50)  # MetaSchedule's runner while it tunes
 HEADER = ["workload", "random best", "random median", "hand", "space best", "torch", "torch 1thr", "MS@N",
@@ -130,10 +132,21 @@ def hand_configs(name: str) -> list[dict]:
         # accumulators in L1 that the packed weight streams past; and, for contrast, register tiles
         # of 50 and 10 lanes (the latter the tuner's best before streamed rows).
         g = dict(vector_axis="j", pack=1, unroll=16, write_at=0, tile_i=(1, 1, 1, 1))
+        lanes = dict(g, vector_axis="k", pack=0)  # the reduction split into lanes, for contrast
         return [dict(g, tile_j=tj, tile_k=tk) for tj, tk in [
             ((4, 1, 1, 250), (2048, 1)), ((4, 1, 1, 250), (256, 8)), ((2, 1, 1, 500), (256, 8)),
             ((2, 1, 2, 250), (8, 256)), ((4, 5, 1, 50), (16, 128)), ((4, 5, 5, 10), (512, 4)),
-        ]]
+        ]] + [dict(lanes, tile_j=tj, tile_k=tk) for tj, tk in [((4, 25, 1, 10), (64, 32)), ((2, 100, 1, 5), (16, 128))]]
+    if name == "bgemv":
+        # The keys are read along k: lanes along k (the reduction split into lanes) over 3 keys at
+        # a time; and, for contrast, the tuner's best before lanes along k (4 batches in a vector,
+        # each lane a stride of 129 x 128 apart).
+        lanes = dict(vector_axis="k", pack=0, unroll=16, write_at=0, tile_i=(1, 1, 1, 1))
+        return [dict(lanes, tile_n=tn, tile_j=tj, tile_k=tk) for tn, tj, tk in [
+            ((16, 2, 1, 1), (1, 1, 43, 3), (4, 32)), ((32, 1, 1, 1), (1, 1, 43, 3), (2, 64)),
+            ((4, 8, 1, 1), (1, 1, 129, 1), (8, 16)), ((16, 2, 1, 1), (1, 1, 43, 3), (1, 128)),
+        ]] + [dict(tile_i=(1, 1, 1, 1), tile_j=(1, 1, 43, 3), tile_k=(8, 16), tile_n=(4, 1, 2, 4), unroll=64,
+                   vector_axis="n", pack=0, write_at=0)]
     raise KeyError(name)
 
 
@@ -200,6 +213,20 @@ def row_family(extents: dict[str, int]) -> Iterable[dict]:
                                    tile_k=(K // k1, k1), vector_axis="j", pack=1, unroll=unroll, write_at=0)
 
 
+def lane_family(extents: dict[str, int]) -> Iterable[dict]:
+    """Variants of the hand-picked batched GEMV family: the reduction split into lanes, 1 to 3 keys
+    at a time in registers, the batches in 2 to 32 parallel chunks."""
+    B, N, K = extents["n"], extents["j"], extents["k"]
+    for chunks in (2, 4, 8, 16, 32):
+        for keys in (d for d in (1, 3, 43) if N % d == 0):
+            for k1 in (16, 32, 64, 128):
+                for unroll in (0, 16, 64):
+                    if B % chunks or K % k1:
+                        continue
+                    yield dict(tile_n=(chunks, B // chunks, 1, 1), tile_i=(1, 1, 1, 1), tile_j=(1, 1, N // keys, keys),
+                               tile_k=(K // k1, k1), vector_axis="k", pack=0, unroll=unroll, write_at=0)
+
+
 def family_configs(name: str, template: Template) -> list[Config]:
     """The valid systematic variants around the hand-picked family of one of `WORKLOADS`."""
     from search import Config
@@ -207,7 +234,8 @@ def family_configs(name: str, template: Template) -> list[Config]:
     structure = template.structure
     extents = dict(zip(structure.axis_names, structure.extents))
     family = (matmul_family() if name == "matmul512" else pixel_family(extents) if name.startswith("conv1x1")
-              else row_family(extents) if name == "gemv" else conv_family(extents))
+              else row_family(extents) if name == "gemv" else lane_family(extents) if name == "bgemv"
+              else conv_family(extents))
     return [c for c in map(Config, family) if template.space.is_valid(c)]
 
 

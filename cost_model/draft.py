@@ -78,8 +78,7 @@ def _cpu_draft(template: CPUTemplate, config: Config, fmas: int, loads: int) -> 
     l1, l2, l3 = (target.cache_or_datasheet(level) for level in ("L1", "L2", "L3"))
     pipes = max(1, target.flops_per_cycle // (2 * lanes))  # full-width FMAs issued per cycle
     parallel = math.prod(_level(template, config, 0))
-    vec_axis = s.axis_names.index(config["vector_axis"])
-    width = template.tile_parts(config)[vec_axis][-1]
+    width = template.vector_width(config)
     scalar = width == 1 or template.guarded_vector(config)  # a read through the border test stays scalar
     vector_eff = 1 / lanes if scalar else width / (math.ceil(width / lanes) * lanes)
     vector_fmas = fmas if scalar else fmas / lanes

@@ -37,17 +37,40 @@ class CPUTemplate(Template):
     A matrix-vector product (`matrix_vector`: a GEMV, LLM decoding) reuses no weight across its
     outputs, so its register tile may be a row wider than the registers: TVM then leaves that loop
     to LLVM's loop vectorizer, and the accumulators stay in L1 while the weight streams past them,
-    as in MetaSchedule's best GEMVs.
+    as in MetaSchedule's best GEMVs. Where a matrix-vector product's inputs all hold its innermost
+    reduction axis contiguous (attention's scores against the keys while decoding, whose keys are no
+    constant weight to pack), a config may vectorize that axis instead (`lane_reduction`): the
+    reduction is split into vector lanes (TVM's rfactor), each lane summing its own share, and the
+    lanes are added up as the outputs are written back.
     """
 
     def vector_candidates(self) -> list[int]:
         s = self.structure
         last = s.spatial[-1]
         packable = [a for a in s.spatial if a != last and s.extents[a] > 1 and self.packed_operand(a) is not None]
-        return [last] + packable
+        lane_reduction = [s.reduce[-1]] if self.reduction_reads_contiguously() else []
+        return [last] + packable + lane_reduction
+
+    def reduction_reads_contiguously(self) -> bool:
+        """Whether a matrix-vector product's innermost reduction axis is contiguous in every input
+        that it indexes: vector lanes along it then load whole vectors, where lanes along an output
+        axis that walks an input with a stride would gather."""
+        s = self.structure
+        if not (self.matrix_vector and s.reduce and s.extents[s.reduce[-1]] > 1):
+            return False
+        inner = s.reduce[-1]
+        reading = [access for access in s.reads if any(dim[inner] for dim in access.coefficients)]
+        return all(access.is_input and access.stride(inner) == 1 for access in reading)
+
+    def lane_reduction(self, config: Config) -> bool:
+        """Whether `config` vectorizes a reduction axis (see the class's docstring)."""
+        return self.vector_axis(config) in self.structure.reduce
 
     def packed_operand(self, axis: int) -> int | None:
-        """Read index of the operand that packing would re-lay out for vectorized axis `axis`."""
+        """Read index of the operand that packing would re-lay out for vectorized axis `axis`
+        (none for a reduction axis: lanes along it read their inputs contiguously already)."""
+        if axis in self.structure.reduce:
+            return None
         for index, access in enumerate(self.structure.reads):
             if index > 0 and access.is_input and access.dim_indexed_by(axis) is not None:
                 return index
@@ -55,6 +78,8 @@ class CPUTemplate(Template):
 
     def make_space(self) -> Space:
         s = self.structure
+        self.lanes = self.target.vector_lanes(self.workload.dtype)
+        self.matrix_vector = self.reads_each_weight_once()
         knobs: list[Knob] = [split_knob(self.axis_knob(a), s.extents[a], SPATIAL_LEVELS) for a in s.spatial]
         knobs += [split_knob(self.axis_knob(a), s.extents[a], REDUCE_LEVELS) for a in s.reduce]
         names = [s.axis_names[a] for a in self.vector_candidates()]
@@ -68,8 +93,6 @@ class CPUTemplate(Template):
         self.pixels = self.fusable_pixels()
         if self.pixels:
             knobs.append(ChoiceKnob("fuse_pixels", (0, 1), default=0))
-        self.lanes = self.target.vector_lanes(self.workload.dtype)
-        self.matrix_vector = self.reads_each_weight_once()
         return Space(tuple(knobs), (self.register_rule, self.vector_rule, self.pack_rule))
 
     def vector_axis(self, config: Config) -> int:
@@ -122,9 +145,15 @@ class CPUTemplate(Template):
             parts[outer] = (1,) * len(parts[outer])
         return parts
 
-    def register_rule(self, config: Config) -> str | None:
+    def register_tile(self, config: Config) -> int:
+        """Accumulators of the register tile: the innermost spatial factors' product, times the
+        vector lanes where the reduction is split into lanes."""
         parts = self.tile_parts(config)
         tile = math.prod(parts[a][-1] for a in self.structure.spatial)
+        return tile * self.vector_width(config) if self.lane_reduction(config) else tile
+
+    def register_rule(self, config: Config) -> str | None:
+        tile = self.register_tile(config)
         if self.matrix_vector:
             limit = STREAMED_ROW_BYTES // self.structure.dtype_bytes
             if tile > limit:
@@ -150,8 +179,13 @@ class CPUTemplate(Template):
         return VECTOR_ROW_REGISTERS * self.lanes
 
     def vector_width(self, config: Config) -> int:
-        """The register tile's extent along the vectorized axis: its innermost loop's."""
-        return self.tile_parts(config)[self.vector_axis(config)][-1]
+        """The register tile's extent along the vectorized axis: its innermost loop's; along a
+        reduction axis, the widest divisor of that loop's extent that fits one vector (the lanes
+        loop that `schedule` splits off it)."""
+        width = self.tile_parts(config)[self.vector_axis(config)][-1]
+        if self.lane_reduction(config):
+            return max(d for d in range(1, min(width, self.lanes) + 1) if width % d == 0)
+        return width
 
     def vectorizes(self, config: Config) -> bool:
         """Whether TVM vectorizes the register tile's innermost loop; else it is a streamed row of
@@ -164,8 +198,10 @@ class CPUTemplate(Template):
         return None
 
     def inner_order(self, vec: int) -> list[int]:
-        """The spatial axes in register-tile order: the vectorized one innermost."""
-        return [a for a in self.structure.spatial if a != vec] + [vec]
+        """The spatial axes in register-tile order: the vectorized one innermost (a reduction
+        axis's lanes come after them all)."""
+        spatial = self.structure.spatial
+        return [a for a in spatial if a != vec] + [vec] if vec in spatial else list(spatial)
 
     @staticmethod
     def pad_at(config: Config) -> str:
@@ -213,13 +249,24 @@ class CPUTemplate(Template):
         parts = self.tile_parts(config)
         axis_loops = dict(zip([a for a in range(len(s.extents)) if a != dropped], sch.get_loops(block)))
         split = {a: sch.split(loop, factors=list(parts[a])) for a, loop in axis_loops.items()}
+        lanes = []  # a lane-split reduction's lanes loop, split off its innermost factor's
+        if self.lane_reduction(config):
+            reduced, lane = sch.split(split[vec][1], factors=[None, self.vector_width(config)])
+            split[vec], lanes = [split[vec][0], reduced], [lane]
         levels = [[split[a][0] for a in spatial], [split[a][1] for a in spatial],
                   [split[a][0] for a in s.reduce], [split[a][2] for a in spatial],
-                  [split[a][1] for a in s.reduce], [split[a][3] for a in self.inner_order(vec) if a != dropped]]
+                  [split[a][1] for a in s.reduce], [split[a][3] for a in self.inner_order(vec) if a != dropped] + lanes]
         sch.reorder(*[loop for level in levels for loop in level])
+        main = block
+        if lanes:  # the lanes become a dimension of a new accumulator; `block` then adds them up
+            main = sch.rfactor(lanes[0], factor_axis=len(spatial))
+            loops = iter(sch.get_loops(main))
+            levels = [[next(loops) for _ in level] for level in levels]
         outer = sch.fuse(*levels[0])
         sch.parallel(outer)
         attach = outer if config["write_at"] == 0 else levels[1][-1]
+        if lanes:
+            sch.reverse_compute_at(block, attach)
         sch.reverse_compute_at(writeback, attach)
         placement = self.pad_at(config)
         if placement != "inline":
@@ -230,7 +277,7 @@ class CPUTemplate(Template):
         vectorized = self.vectorizes(config)
         if vectorized:
             self.vectorize_innermost(sch, levels[5][-1])
-        sch.decompose_reduction(block, levels[2][0])
+        sch.decompose_reduction(main, levels[2][0])
         writeback_loops = sch.get_loops(writeback)
         attach_depth = 1 if config["write_at"] == 0 else 1 + len(spatial)
         # the write-back has loops of its own below the attach point: vectorize its innermost one,

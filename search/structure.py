@@ -24,6 +24,10 @@ class Access:
         """Elements touched when every axis `a` sweeps `tile[a]` consecutive values."""
         return math.prod(sum(abs(c) * (t - 1) for c, t in zip(dim, tile)) + 1 for dim in self.coefficients)
 
+    def stride(self, axis: int) -> int:
+        """Elements the read's address moves when `axis` steps by one (the buffer row-major)."""
+        return sum(dim[axis] * math.prod(self.shape[d + 1:]) for d, dim in enumerate(self.coefficients))
+
     def dim_indexed_by(self, axis: int, ignored: Collection[int] = ()) -> int | None:
         """The dimension whose index is exactly axis `axis` (a candidate for packing), if any;
         axes in `ignored` (e.g. those of extent 1) may appear in it too."""

@@ -276,3 +276,22 @@ def test_cpu_features_skip_per_store_unless_asked_and_agree_on_the_rest():
     assert not fast[:, BASE_COLUMNS].any() and full[:, BASE_COLUMNS].any()
     rest = np.arange(len(FEATURE_NAMES))[BASE_COLUMNS.stop:]
     np.testing.assert_array_equal(fast[:, rest], full[:, rest])
+
+
+def test_features_read_a_reduction_split_into_lanes():
+    """A GEMV on an AVX2 CPU (8 lanes) vectorized along k, 24 deep per step in registers: lanes
+    of 8 (the widest divisor of 24 in one vector) over 4 outputs are 4 vector accumulators, both
+    operands are read contiguously along the lanes and none is broadcast, and the accumulator
+    tile holds a row of lanes per output."""
+    from cost_model.draft import draft_features
+    from cost_model.knob_features import knob_features
+
+    zen3 = search.TargetInfo.from_record("llvm -mcpu=znver3 -num-cores=2", None)
+    template = search.template_for(workloads.matmul(1, 24, 48, transpose_b=True), zen3)
+    config = template.check(search.Config(tile_i=(1, 1, 1, 1), tile_j=(2, 1, 3, 4), tile_k=(2, 24), vector_axis="k",
+                                          pack=0, unroll=0, write_at=0))
+    f = knob_features(template, config)
+    assert f["accumulator_registers"] == 4 and f["log_register_outputs"] == 2
+    assert (f["vector_reads_contiguous"], f["vector_reads_broadcast"], f["vector_reads_strided"]) == (2, 0, 0)
+    assert f["log_accumulator_bytes"] == np.log2(12 * 8 * 4)  # 3 x 4 outputs below the task, 8 lanes each
+    assert draft_features(template, config)["vector_width"] == 8

@@ -303,6 +303,41 @@ def test_matrix_vector_rows_wider_than_the_registers_stream_and_give_the_referen
         too_long.apply(config.replace(tile_j=(1, 1, 1, 8192)))
 
 
+@pytest.mark.parametrize("workload, expected", [
+    (batch_matmul(4, 1, 9, 40, transpose_b=True), True),  # decoding's scores: keys read along k
+    (matmul(1, 24, 48, transpose_b=True), True),
+    (batch_matmul(4, 1, 9, 40), False),  # the right-hand side walks k with a stride
+    (matmul(3, 24, 48, transpose_b=True), False),  # not a matrix-vector product
+], ids=str)
+def test_the_reduction_may_be_vectorized_where_a_matrix_vector_product_reads_it_contiguously(workload, expected):
+    tpl = search.template_for(workload, "llvm")
+    assert tpl.reduction_reads_contiguously() is expected
+    assert ("k" in tpl.space.knob("vector_axis").options) is expected
+
+
+def test_a_reduction_split_into_lanes_is_vectorized_and_gives_the_reference_output():
+    """Lanes along k: the accumulator gains a lanes dimension (rfactor), the lanes loop is a TVM
+    vector as wide as the largest divisor of the innermost k factor that fits one vector, packing
+    is refused, and every config's output, the fused bias included, is right."""
+    workload = matmul(1, 24, 48, transpose_b=True, epilogue="bias")
+    tpl = search.template_for(workload, "llvm")
+    config = Config(tile_i=(1, 1, 1, 1), tile_j=(2, 1, 3, 4), tile_k=(2, 24), vector_axis="k", pack=0, unroll=16,
+                    write_at=0)
+    width = max(d for d in range(1, tpl.lanes + 1) if 24 % d == 0)
+    assert tpl.vector_width(config) == width and tpl.register_tile(config) == 4 * width
+    assert "T.Ramp(" in str(tpl.lower(config)) and "_rf" in tpl.apply(config).mod.script()
+    with pytest.raises(InvalidConfig, match="nothing to pack"):
+        tpl.check(config.replace(pack=1))
+    inputs = workload.random_inputs(3)
+    expected = workload.reference(*inputs)
+    configs = [config] + [c for c in tpl.sample(np.random.default_rng(SEED), 60) if c["vector_axis"] == "k"][:3]
+    for chosen in configs:
+        ex = tvm.compile(tpl.apply(chosen).mod, target=tpl.target.tvm)
+        out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), tvm.cpu())
+        ex(*[tvm.runtime.tensor(x, tvm.cpu()) for x in inputs], out)
+        np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance, err_msg=chosen.id)
+
+
 # --------------------------------------------------------------------------------------- CUDA
 
 
