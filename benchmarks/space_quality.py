@@ -132,11 +132,10 @@ def hand_configs(name: str) -> list[dict]:
         # accumulators in L1 that the packed weight streams past; and, for contrast, register tiles
         # of 50 and 10 lanes (the latter the tuner's best before streamed rows).
         g = dict(vector_axis="j", pack=1, unroll=16, write_at=0, tile_i=(1, 1, 1, 1))
-        lanes = dict(g, vector_axis="k", pack=0)  # the reduction split into lanes, for contrast
         return [dict(g, tile_j=tj, tile_k=tk) for tj, tk in [
             ((4, 1, 1, 250), (2048, 1)), ((4, 1, 1, 250), (256, 8)), ((2, 1, 1, 500), (256, 8)),
             ((2, 1, 2, 250), (8, 256)), ((4, 5, 1, 50), (16, 128)), ((4, 5, 5, 10), (512, 4)),
-        ]] + [dict(lanes, tile_j=tj, tile_k=tk) for tj, tk in [((4, 25, 1, 10), (64, 32)), ((2, 100, 1, 5), (16, 128))]]
+        ]]
     if name == "bgemv":
         # The keys are read along k: lanes along k (the reduction split into lanes) over 3 keys at
         # a time; and, for contrast, the tuner's best before lanes along k (4 batches in a vector,

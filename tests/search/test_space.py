@@ -303,16 +303,19 @@ def test_matrix_vector_rows_wider_than_the_registers_stream_and_give_the_referen
         too_long.apply(config.replace(tile_j=(1, 1, 1, 8192)))
 
 
-@pytest.mark.parametrize("workload, expected", [
-    (batch_matmul(4, 1, 9, 40, transpose_b=True), True),  # decoding's scores: keys read along k
-    (matmul(1, 24, 48, transpose_b=True), True),
-    (batch_matmul(4, 1, 9, 40), False),  # the right-hand side walks k with a stride
-    (matmul(3, 24, 48, transpose_b=True), False),  # not a matrix-vector product
+@pytest.mark.parametrize("workload, contiguous, offered", [
+    (batch_matmul(4, 1, 9, 40, transpose_b=True), True, True),  # decoding's scores: keys read along k
+    (matmul(1, 24, 48, transpose_b=True), True, True),
+    # a constant weight is packed once instead, and streams past a row of outputs
+    (matmul(1, 24, 48, transpose_b=True, constant_weights=True), True, False),
+    (batch_matmul(4, 1, 9, 40), False, False),  # the right-hand side walks k with a stride
+    (matmul(3, 24, 48, transpose_b=True), False, False),  # not a matrix-vector product
 ], ids=str)
-def test_the_reduction_may_be_vectorized_where_a_matrix_vector_product_reads_it_contiguously(workload, expected):
+def test_the_reduction_may_be_vectorized_where_a_matrix_vector_product_reads_it_contiguously(workload, contiguous,
+                                                                                               offered):
     tpl = search.template_for(workload, "llvm")
-    assert tpl.reduction_reads_contiguously() is expected
-    assert ("k" in tpl.space.knob("vector_axis").options) is expected
+    assert tpl.reduction_reads_contiguously() is contiguous
+    assert ("k" in tpl.space.knob("vector_axis").options) is offered
 
 
 def test_a_reduction_split_into_lanes_is_vectorized_and_gives_the_reference_output():
