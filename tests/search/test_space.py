@@ -93,6 +93,14 @@ def differing(a: Config, b: Config) -> list[str]:
 # ---------------------------------------------------------------------------------------- CPU
 
 
+def computed(program, target, workload, inputs):
+    """The output of `program` (a schedule) built for `target` on `inputs`, its buffer first filled with NaN."""
+    ex = tvm.compile(program.mod, target=target)
+    out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), tvm.cpu())
+    ex(*[tvm.runtime.tensor(x, tvm.cpu()) for x in inputs], out)
+    return out.numpy()
+
+
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_cpu_configs_compile_and_match_reference(name):
     workload = WORKLOADS[name]
@@ -135,17 +143,14 @@ def test_constant_weights_prepacked_give_the_same_output_as_packing_on_every_cal
     assert prepacked.prepacked_weights and not tpl.prepacked_weights
     inputs = workload.random_inputs(1)
     expected = workload.reference(*inputs)
-    dev = tvm.cpu()
     for config in configs:
         packing = prepacked.packed_weight(config)
         assert packing is not None and packing == tpl.packed_weight(config)
         given = list(inputs)
         given[packing.input] = packing.pack(torch.from_numpy(inputs[packing.input])).numpy()
         assert given[packing.input].shape == packing.packed_shape(inputs[packing.input].shape)
-        ex = tvm.compile(prepacked.apply(config).mod, target=tpl.target.tvm)
-        out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), dev)
-        ex(*[tvm.runtime.tensor(x, dev) for x in given], out)
-        np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance)
+        np.testing.assert_allclose(computed(prepacked.apply(config), tpl.target.tvm, workload, given), expected,
+                                   *workload.tolerance)
         copy = f"{tpl.prim_func.params[packing.input].name}_global"  # the per-call packed copy
         assert copy not in prepacked.apply(config).mod.script() and copy in tpl.apply(config).mod.script()
 
@@ -158,17 +163,14 @@ def test_every_padding_placement_gives_the_reference_output(name):
     tpl = template(name, "llvm")
     inputs = workload.random_inputs(1)
     expected = workload.reference(*inputs)
-    dev = tvm.cpu()
     pad = tpl.structure.pad_block
     for config in sample(tpl, 6, seed=SEED + 11):
         for placement in ("inline", "task", "tile"):
             placed = config.replace(pad_at=placement)
             program = tpl.apply(placed)
             assert (f'T.sblock("{pad}")' in program.mod.script()) == (placement != "inline"), placement
-            ex = tvm.compile(program.mod, target=tpl.target.tvm)
-            out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), dev)
-            ex(*[tvm.runtime.tensor(x, dev) for x in inputs], out)
-            np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance, err_msg=f"{placed.id} {placement}")
+            np.testing.assert_allclose(computed(program, tpl.target.tvm, workload, inputs), expected,
+                                       *workload.tolerance, err_msg=f"{placed.id} {placement}")
 
 
 @pytest.mark.parametrize("workload", [depthwise_conv2d(1, 5, 10, 12, 3, 3, stride=2, padding=1, epilogue="bias"),
@@ -187,10 +189,8 @@ def test_strided_rows_copied_by_phase_give_the_reference_output(workload):
         for placement in ("task", "tile"):
             program = tpl.apply(config.replace(pad_at=placement))
             assert by_phase in program.mod.script(), placement
-            ex = tvm.compile(program.mod, target=tpl.target.tvm)
-            out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), tvm.cpu())
-            ex(*[tvm.runtime.tensor(x, tvm.cpu()) for x in inputs], out)
-            np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance, err_msg=f"{config.id} {placement}")
+            np.testing.assert_allclose(computed(program, tpl.target.tvm, workload, inputs), expected,
+                                       *workload.tolerance, err_msg=f"{config.id} {placement}")
     channels = tpl.structure.axis_names[1]  # vectorized along channels, the rows are read one element at a time
     assert by_phase not in tpl.apply(configs[0].replace(vector_axis=channels, pad_at="task")).mod.script()
 
@@ -258,10 +258,8 @@ def test_fused_pixels_vectorize_across_rows_and_give_the_reference_output():
     for fused in (0, 1):
         for vector_axis in ("w", "k"):
             chosen = config.replace(fuse_pixels=fused, vector_axis=vector_axis)
-            ex = tvm.compile(tpl.apply(chosen).mod, target=tpl.target.tvm)
-            out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), tvm.cpu())
-            ex(*[tvm.runtime.tensor(x, tvm.cpu()) for x in inputs], out)
-            np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance, err_msg=chosen.id)
+            np.testing.assert_allclose(computed(tpl.apply(chosen), tpl.target.tvm, workload, inputs), expected,
+                                       *workload.tolerance, err_msg=chosen.id)
     older = Config({k: v for k, v in config.items() if k != "fuse_pixels"})
     assert tpl.check(older) == config.replace(fuse_pixels=0)
 
@@ -291,10 +289,8 @@ def test_matrix_vector_rows_wider_than_the_registers_stream_and_give_the_referen
     assert re.search(r"(\w+)\[j_3\] = \1\[j_3\] \+", lowered)  # one accumulator a step
     assert "T.Ramp" not in lowered  # nor a vector of the row's width in the write-back
     inputs = workload.random_inputs(3)
-    ex = tvm.compile(tpl.apply(config).mod, target=tpl.target.tvm)
-    out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), tvm.cpu())
-    ex(*[tvm.runtime.tensor(x, tvm.cpu()) for x in inputs], out)
-    np.testing.assert_allclose(out.numpy(), workload.reference(*inputs), *workload.tolerance)
+    np.testing.assert_allclose(computed(tpl.apply(config), tpl.target.tvm, workload, inputs),
+                               workload.reference(*inputs), *workload.tolerance)
     reused = search.template_for(matmul(2, 300, 17, transpose_b=True, epilogue="bias"), "llvm")
     with pytest.raises(InvalidConfig, match="vectorized loop"):
         reused.apply(config.replace(tile_i=(2, 1, 1, 1)))
@@ -335,10 +331,8 @@ def test_a_reduction_split_into_lanes_is_vectorized_and_gives_the_reference_outp
     expected = workload.reference(*inputs)
     configs = [config] + [c for c in tpl.sample(np.random.default_rng(SEED), 60) if c["vector_axis"] == "k"][:3]
     for chosen in configs:
-        ex = tvm.compile(tpl.apply(chosen).mod, target=tpl.target.tvm)
-        out = tvm.runtime.tensor(np.full(workload.output_shapes[0], np.nan, workload.dtype), tvm.cpu())
-        ex(*[tvm.runtime.tensor(x, tvm.cpu()) for x in inputs], out)
-        np.testing.assert_allclose(out.numpy(), expected, *workload.tolerance, err_msg=chosen.id)
+        np.testing.assert_allclose(computed(tpl.apply(chosen), tpl.target.tvm, workload, inputs), expected,
+                                   *workload.tolerance, err_msg=chosen.id)
 
 
 # --------------------------------------------------------------------------------------- CUDA
