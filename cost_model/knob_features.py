@@ -81,7 +81,8 @@ def knob_features(template: Template, config: Config) -> dict[str, float]:
     features["l2_read_ratio"] = _log(reads["l2"] / l2)
     features["l3_read_ratio"] = _log(reads["task"] * target.cores / l3)
     write_at = config["write_at"]
-    lanes_split = template.vector_width(config) if template.lane_reduction(config) else 1  # type: ignore[attr-defined]
+    width = template.vector_width(config)  # type: ignore[attr-defined]
+    lanes_split = width if template.lane_reduction(config) else 1  # type: ignore[attr-defined]
     accumulator = math.prod(math.prod(parts[a][1 + write_at:]) for a in spatial) * lanes_split * s.dtype_bytes
     features["log_accumulator_bytes"] = _log(accumulator)
     features["accumulator_l1_ratio"] = accumulator / l1
@@ -107,8 +108,7 @@ def knob_features(template: Template, config: Config) -> dict[str, float]:
     features["spatial_axes"], features["reduce_axes"] = len(spatial), len(reduce)
     features["has_epilogue"], features["has_padding"] = float(bool(s.epilogue_block)), float(bool(s.pad_block))
     register_outputs = math.prod(parts[a][-1] for a in spatial)
-    width = template.vector_width(config)  # type: ignore[attr-defined]
-    features["accumulator_registers"] = math.ceil(width / template.lanes) * template.register_tile(config) / width  # type: ignore[attr-defined]
+    features["accumulator_registers"] = math.ceil(width / template.lanes) * register_outputs * lanes_split / width  # type: ignore[attr-defined]
     body = register_outputs * math.prod(parts[a][-1] for a in reduce)
     features["log_unrolled_body"] = _log(min(config["unroll"], body) if config["unroll"] else 1)
     pad_at = template.pad_at(config)  # type: ignore[attr-defined]
