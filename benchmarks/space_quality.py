@@ -1,7 +1,8 @@
 """How good are the programs in our CPU search space? Random, hand-picked, torch and MetaSchedule.
 
 For matmul 512^3, ResNet-50 3x3 convolutions, MobileNet-V2 1x1 convolutions, a GEMV (its weight
-constant: each side lays it out once, ahead of the calls timed) and a batched GEMV, in one process:
+constant: each side lays it out once, ahead of the calls timed), a batched GEMV and BERT's FFN2
+with its weight an argument (packed on every call), in one process:
 
 * ``random``   : N random configs of our space (built, checked against the numpy reference, timed);
                  best and median GFLOPS.
@@ -57,6 +58,8 @@ WORKLOADS = {
     "gemv": "matmul(M=1,N=1000,K=2048,transpose_b=True,epilogue=bias,constant_weights=True,float32)",
     # batched GEMVs (LLM decoding's scores against 129 cached keys), whose reduction may be split into lanes
     "bgemv": "batch_matmul(B=32,M=1,N=129,K=128,transpose_b=True,float32)",
+    # BERT's FFN2 with its weight an argument, not a constant: packed on every call, whole or per task
+    "ffn2": "matmul(M=128,N=768,K=3072,transpose_b=True,float32)",
 }
 MS_EVALUATOR = TimingProtocol(number=3, repeat=1, min_ms=50)  # MetaSchedule's runner while it tunes
 HEADER = ["workload", "random best", "random median", "hand", "space best", "torch", "torch 1thr", "MS@N",
@@ -146,21 +149,31 @@ def hand_configs(name: str) -> list[dict]:
             ((4, 8, 1, 1), (1, 1, 129, 1), (8, 16)), ((16, 2, 1, 1), (1, 1, 43, 3), (1, 128)),
         ]] + [dict(tile_i=(1, 1, 1, 1), tile_j=(1, 1, 43, 3), tile_k=(8, 16), tile_n=(4, 1, 2, 4), unroll=64,
                    vector_axis="n", pack=0, write_at=0)]
+    if name == "ffn2":
+        # The weight packed [768/16 or 768/64, 3072, 16 or 64] on every call: whole, or per parallel
+        # task (each task's slice of 32 or 16 rows of it packed as it starts, then read from cache).
+        base = dict(vector_axis="j", pack=1, unroll=64, write_at=1)
+        return [dict(base, tile_i=ti, tile_j=tj, tile_k=tk, pack_at=at) for ti, tj, tk in [
+            ((1, 16, 1, 8), (24, 2, 1, 16), (12, 256)), ((1, 16, 1, 8), (48, 1, 1, 16), (6, 512)),
+            ((2, 16, 1, 4), (6, 2, 1, 64), (16, 192)),  # the tuner's best with the weight constant
+        ] for at in ("call", "task")]
     raise KeyError(name)
 
 
-def matmul_family() -> Iterable[dict]:
-    """Variants of the hand-picked matmul 512^3 family: register tiles that fit 16 ymm, around them."""
+def matmul_family(extents: dict[str, int]) -> Iterable[dict]:
+    """Variants of the hand-picked matmul family: register tiles that fit 16 ymm, around them, the
+    weight packed per call or per task."""
+    M, N, K = extents["i"], extents["j"], extents["k"]
     for s3i, s3j in [(4, 16), (8, 8), (2, 32), (4, 32), (8, 16)]:
-        for i0, j0 in [(2, 1), (4, 2), (1, 2), (8, 1), (2, 2)]:
+        for i0, j0 in [(2, 1), (4, 2), (1, 2), (8, 1), (2, 2), (1, 24), (1, 48)]:
             for s2i, s2j in [(1, 1), (2, 1), (4, 4), (1, 2)]:
-                i1, j1 = 512 // (i0 * s2i * s3i), 512 // (j0 * s2j * s3j)
-                if i1 < 1 or j1 < 1:
+                if M % (i0 * s2i * s3i) or N % (j0 * s2j * s3j):
                     continue
-                for k1 in [8, 32, 64, 128]:
-                    for unroll in (64, 512):
-                        yield dict(tile_i=(i0, i1, s2i, s3i), tile_j=(j0, j1, s2j, s3j), tile_k=(512 // k1, k1),
-                                   vector_axis="j", pack=1, unroll=unroll, write_at=1)
+                i1, j1 = M // (i0 * s2i * s3i), N // (j0 * s2j * s3j)
+                for k1 in [8, 32, 64, 128, 256]:
+                    for unroll, at in itertools.product((64, 512), ("call", "task")):
+                        yield dict(tile_i=(i0, i1, s2i, s3i), tile_j=(j0, j1, s2j, s3j), tile_k=(K // k1, k1),
+                                   vector_axis="j", pack=1, unroll=unroll, write_at=1, pack_at=at)
 
 
 def conv_family(extents: dict[str, int]) -> Iterable[dict]:
@@ -232,7 +245,7 @@ def family_configs(name: str, template: Template) -> list[Config]:
 
     structure = template.structure
     extents = dict(zip(structure.axis_names, structure.extents))
-    family = (matmul_family() if name == "matmul512" else pixel_family(extents) if name.startswith("conv1x1")
+    family = (matmul_family(extents) if name in ("matmul512", "ffn2") else pixel_family(extents) if name.startswith("conv1x1")
               else row_family(extents) if name == "gemv" else lane_family(extents) if name == "bgemv"
               else conv_family(extents))
     return [c for c in map(Config, family) if template.space.is_valid(c)]
@@ -276,9 +289,9 @@ class Bench:
         return self.quiet.measure(fn, m.retries, m.wait_s)
 
     def inputs(self, config: Config) -> list[np.ndarray] | None:
-        """The inputs a config's kernel takes: its weight packed, where it takes it so; else None
-        (the workload's own)."""
-        packed = self.template.packed_weight(config)
+        """The inputs a config's kernel takes: its constant weight packed, where it takes it so;
+        else None (the workload's own)."""
+        packed = self.template.packed_weight(config) if self.template.prepacked_weights else None
         return packed.packed_inputs(self.timer.inputs) if packed else None
 
     def time_kernel(self, module: Any, mode: str = "full", inputs: list[np.ndarray] | None = None) -> Timing:
