@@ -31,6 +31,7 @@ KNOB_NAMES: tuple[str, ...] = (
     "spatial_axes", "reduce_axes", "has_epilogue", "has_padding", "accumulator_registers",
     "log_unrolled_body", "reduce_reads_contiguous", "reduce_reads_strided",
     "pad_copied_per_task", "pad_copied_per_tile", "log_pad_copy_bytes", "vector_guarded",
+    "pack_copied_per_call", "pack_copied_per_task", "log_pack_copy_bytes",
 )
 
 
@@ -119,6 +120,11 @@ def knob_features(template: Template, config: Config) -> dict[str, float]:
         extents = shapes["task" if pad_at == "task" else "l2"][0]
         copied = sum(access.footprint(extents) for access in s.reads if not access.is_input)
         features["log_pad_copy_bytes"] = _log(copied * s.dtype_bytes)
+    if packed is not None and not template.prepacked_weights:  # the kernel packs the weight on every call
+        pack_at = template.pack_at(config)  # type: ignore[attr-defined]
+        features[f"pack_copied_per_{pack_at}"] = 1.0
+        extents, copies = (shapes["task"][0], tasks) if pack_at == "task" else (s.extents, 1)
+        features["log_pack_copy_bytes"] = _log(s.reads[packed].footprint(extents) * copies * s.dtype_bytes)
     inner_reduce = reduce[-1] if reduce else None
     for strides in _strides(s):
         if inner_reduce is not None and strides[inner_reduce]:

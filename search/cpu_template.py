@@ -27,7 +27,9 @@ class CPUTemplate(Template):
 
     The accumulator tile lives in a local buffer written back once at the chosen level (where
     the epilogue is fused too); one weight-like operand may be packed so that the vectorized
-    axis is contiguous and innermost in memory. A padded input is either read in place (every
+    axis is contiguous and innermost in memory: ahead of the calls where the weight is constant,
+    else by the kernel, whole before the loop nest or each parallel task's slice as the task
+    starts (`pack_at`). A padded input is either read in place (every
     read guarded by the border test, which keeps LLVM from vectorizing loops along the padded
     axes) or copied, padded, per parallel task or cache tile (`pad_at`). Where every operand lays
     two adjacent spatial axes out as one contiguous run (a 1x1, stride-1 convolution's output
@@ -331,13 +333,14 @@ class CPUTemplate(Template):
     def pack_per_task(self, sch: Schedule, task: LoopRV, vec: int, width: int) -> None:
         """Pack, at the start of each parallel task, the part of the weight that the task reads,
         walking the packed layout in its own order so that the stores are contiguous (the
-        innermost `width` elements a vector, where they fit the vector-row limit).
+        innermost `width` elements one vector, where they fit one; wider, that vector would
+        gather from as many rows, and ran at 0.4-0.8x the scalar copy).
 
         Packed whole per call, a weight that is no constant (BERT's FFN2 768x3072 taken as an
         argument) streams through memory twice before the GEMM reads it; per task, the packed
-        slice is still in cache when the task reads it. Found by hand on that GEMM (znver4):
-        about 1.2x per call, packed per task (write-contiguous, 1.1x more) rather than per call.
-        A task whose rows of the output are split across tasks packs its slice again."""
+        slice is still in cache when the task reads it: 1.4-1.5x per call on two register tiles
+        of that GEMM (space_quality-2026-12-07-pack-per-task, znver4). A task whose rows of the
+        output are split across tasks packs its slice again."""
         from tvm.tirx.function import IndexMap
 
         buffer, dim = self.packed_dim(vec)
@@ -348,8 +351,8 @@ class CPUTemplate(Template):
         ndim = len(sch.get(packed).iter_vars)
         sch.transform_block_layout(packed, IndexMap.from_func(packed_layout(dim, width), ndim=ndim, index_dtype=dtype))
         sch.compute_at(packed, task)
-        if width <= self.vector_row_limit:
-            self.vectorize_innermost(sch, sch.get_loops(packed)[-1])
+        if 1 < width <= self.lanes:  # (of width 1, the innermost loop is another dimension's)
+            sch.vectorize(sch.get_loops(packed)[-1])
 
     def phase_stride(self, config: Config) -> int:
         """The stride by whose phases the copied window's rows are laid out (`split_rows_by_phase`),

@@ -48,6 +48,12 @@ class Space:
         missing = {k.name: k.default for k in self.knobs if k.default is not None and k.name not in config}
         return Config({**config, **missing}) if missing else config
 
+    def adopt(self, config: Config) -> Config:
+        """`config`, from a space that has knobs this one lacks (the same operator with its weights
+        given on every call, where the kernel chooses where to pack them), without those knobs."""
+        extra = set(config) - set(self.names)
+        return Config({k: v for k, v in config.items() if k not in extra}) if extra else config
+
     def violation(self, config: Config) -> str | None:
         """Why `config` is not in this space, or None when it is."""
         config = self.complete(config)

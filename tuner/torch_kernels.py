@@ -182,7 +182,10 @@ def _best_in(records: str | RecordStore | Mapping[str, Config], target: TargetIn
 
     def best(workload: Workload) -> Config | None:
         config = lookup(workload.key)
-        return config if config is not None else lookup(workload.with_weights(constant=False).key)
+        if config is not None:
+            return config
+        bare = lookup(workload.with_weights(constant=False).key)
+        return None if bare is None else template_for(workload, target).space.adopt(bare)
 
     return best
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -235,7 +236,8 @@ def test_knob_features_read_a_window_split_by_phase_as_contiguous():
     from cost_model.knob_features import knob_features
 
     template = search.template_for(workloads.depthwise_conv2d(1, 8, 12, 12, 3, 3, stride=2, padding=1), "llvm")
-    config = template.check(template.space.sample(np.random.default_rng(0), 1)[0].replace(vector_axis="w", pack=0))
+    sampled = template.space.sample(np.random.default_rng(0), 1)[0]
+    config = template.check(sampled.replace(vector_axis="w", pack=0, pack_at="call"))
 
     def vector_reads(pad_at: str) -> tuple[float, float, float]:
         f = knob_features(template, config.replace(pad_at=pad_at))
@@ -295,3 +297,25 @@ def test_features_read_a_reduction_split_into_lanes():
     assert (f["vector_reads_contiguous"], f["vector_reads_broadcast"], f["vector_reads_strided"]) == (2, 0, 0)
     assert f["log_accumulator_bytes"] == np.log2(12 * 8 * 4)  # 3 x 4 outputs below the task, 8 lanes each
     assert draft_features(template, config)["vector_width"] == 8
+
+
+def test_features_count_the_bytes_a_kernel_packs_on_every_call():
+    """matmul 64x32x48 with B^T an argument, j packed 16 wide: per call the whole weight (32 x 48
+    floats) is copied; per task each of the 2 j-chunks copies its half, and with the rows split
+    in 2 too, each half is copied twice. A constant weight is packed once, ahead of the calls."""
+    from cost_model.knob_features import knob_features
+
+    workload = workloads.matmul(64, 32, 48, transpose_b=True)
+    template = search.template_for(workload, "llvm")
+    config = template.check(search.Config(tile_i=(1, 4, 1, 16), tile_j=(2, 1, 1, 16), tile_k=(6, 8), vector_axis="j",
+                                          pack=1, pack_at="call", unroll=0, write_at=1))
+    weight = 32 * 48 * 4
+    per_call, per_task = knob_features(template, config), knob_features(template, config.replace(pack_at="task"))
+    assert (per_call["pack_copied_per_call"], per_call["pack_copied_per_task"]) == (1, 0)
+    assert (per_task["pack_copied_per_call"], per_task["pack_copied_per_task"]) == (0, 1)
+    assert per_call["log_pack_copy_bytes"] == per_task["log_pack_copy_bytes"] == np.log2(weight)
+    rows_split = config.replace(pack_at="task", tile_i=(2, 2, 1, 16))
+    assert knob_features(template, rows_split)["log_pack_copy_bytes"] == np.log2(2 * weight)
+    constant = search.template_for(dataclasses.replace(workload, constant_weights=True), "llvm")
+    f = knob_features(constant, constant.check(search.Config({k: v for k, v in config.items() if k != "pack_at"})))
+    assert f["pack_copied_per_call"] == f["pack_copied_per_task"] == f["log_pack_copy_bytes"] == 0

@@ -143,7 +143,7 @@ def test_constant_weights_prepacked_give_the_same_output_as_packing_on_every_cal
     assert prepacked.prepacked_weights and not tpl.prepacked_weights
     inputs = workload.random_inputs(1)
     expected = workload.reference(*inputs)
-    for config in configs:
+    for config in map(prepacked.space.adopt, configs):  # where to pack per call is no knob of theirs
         packing = prepacked.packed_weight(config)
         assert packing is not None and packing == tpl.packed_weight(config)
         given = list(inputs)
@@ -173,6 +173,50 @@ def test_every_padding_placement_gives_the_reference_output(name):
                                        *workload.tolerance, err_msg=f"{placed.id} {placement}")
 
 
+@pytest.mark.parametrize("name", ["matmul_33x20x17_transpose_b_bias_gelu", "batch_matmul_3x7x13x17",
+                                  "conv2d_nchw_s2_p3", "conv2d_nhwc_bias_relu"])
+def test_a_weight_packed_per_task_gives_the_output_of_one_packed_per_call(name):
+    """A weight that is no constant, packed per parallel task: its copy is made inside the task's
+    loop (no parallel loop of its own), vectorized along the packed width where that is one
+    vector, and the kernel computes the reference, as packing the whole weight per call does."""
+    workload = WORKLOADS[name]
+    tpl = template(name, "llvm")
+    configs = [c for c in sample(tpl, 60, seed=SEED + 5) if c.get("pack")][:4]
+    assert configs and "pack_at" in tpl.space.names
+    inputs = workload.random_inputs(2)
+    expected = workload.reference(*inputs)
+    for config in configs:
+        copy = f'T.sblock("{tpl.prim_func.params[tpl.packed_weight(config).input].name}_global")'
+        for placement, parallel_loops in (("call", 2), ("task", 1)):
+            program = tpl.apply(config.replace(pack_at=placement)).mod.script()
+            assert program.count("T.parallel(") == parallel_loops and copy in program, placement
+            if placement == "task":
+                copy_loops = program.split(copy)[0].rsplit("T.sblock(", 1)[-1]  # after a padding copy's block
+                vector = 1 < tpl.packed_weight(config).width <= tpl.lanes
+                assert ("T.vectorized(" in copy_loops) == vector, config
+            np.testing.assert_allclose(computed(tpl.apply(config.replace(pack_at=placement)), tpl.target.tvm,
+                                                workload, inputs), expected, *workload.tolerance,
+                                       err_msg=f"{config.id} {placement}")
+
+
+def test_configs_recorded_before_packing_placement_mean_packing_per_call():
+    """Records written before the `pack_at` knob existed stay valid and name the same program; a
+    placement without packing is refused, and constant weights (packed ahead of the calls) have
+    no placement to choose."""
+    tpl = template("matmul_33x20x17_transpose_b_bias_gelu", "llvm")
+    config = next(c for c in sample(tpl, 40) if c.get("pack")).replace(pack_at="call")
+    older = Config({k: v for k, v in config.items() if k != "pack_at"})
+    assert tpl.space.is_valid(older) and tpl.check(older) == config
+    assert tpl.apply(older).mod.script() == tpl.apply(config).mod.script()
+    with pytest.raises(InvalidConfig, match="packs nothing"):
+        tpl.check(config.replace(pack=0, pack_at="task"))
+    constant = search.template_for(dataclasses.replace(WORKLOADS["matmul_33x20x17_transpose_b_bias_gelu"],
+                                                       constant_weights=True), "llvm")
+    assert "pack" in constant.space.names and "pack_at" not in constant.space.names
+    per_task = config.replace(pack_at="task")
+    assert not constant.space.is_valid(per_task) and constant.space.adopt(per_task) == older
+
+
 @pytest.mark.parametrize("workload", [depthwise_conv2d(1, 5, 10, 12, 3, 3, stride=2, padding=1, epilogue="bias"),
                                       conv2d(1, 3, 10, 12, 4, 3, 3, stride=2, padding=1)], ids=str)
 def test_strided_rows_copied_by_phase_give_the_reference_output(workload):
@@ -184,7 +228,7 @@ def test_strided_rows_copied_by_phase_give_the_reference_output(workload):
     expected = workload.reference(*inputs)
     n, c, h, w = workload.input_shapes[0]
     by_phase = f"T.sblock_alloc_buffer(({n}, {c}, {h + 2}, 2, {(w + 2) // 2}))"
-    configs = [c.replace(vector_axis="w", pack=0) for c in sample(tpl, 4, seed=SEED + 3)]
+    configs = [c.replace(vector_axis="w", pack=0, pack_at="call") for c in sample(tpl, 4, seed=SEED + 3)]
     for config in configs:
         for placement in ("task", "tile"):
             program = tpl.apply(config.replace(pad_at=placement))
