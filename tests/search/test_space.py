@@ -188,15 +188,15 @@ def test_a_weight_packed_per_task_gives_the_output_of_one_packed_per_call(name):
     for config in configs:
         copy = f'T.sblock("{tpl.prim_func.params[tpl.packed_weight(config).input].name}_global")'
         for placement, parallel_loops in (("call", 2), ("task", 1)):
-            program = tpl.apply(config.replace(pack_at=placement)).mod.script()
+            scheduled = tpl.apply(config.replace(pack_at=placement))
+            program = scheduled.mod.script()
             assert program.count("T.parallel(") == parallel_loops and copy in program, placement
             if placement == "task":
                 copy_loops = program.split(copy)[0].rsplit("T.sblock(", 1)[-1]  # after a padding copy's block
                 vector = 1 < tpl.packed_weight(config).width <= tpl.lanes
                 assert ("T.vectorized(" in copy_loops) == vector, config
-            np.testing.assert_allclose(computed(tpl.apply(config.replace(pack_at=placement)), tpl.target.tvm,
-                                                workload, inputs), expected, *workload.tolerance,
-                                       err_msg=f"{config.id} {placement}")
+            np.testing.assert_allclose(computed(scheduled, tpl.target.tvm, workload, inputs), expected,
+                                       *workload.tolerance, err_msg=f"{config.id} {placement}")
 
 
 def test_configs_recorded_before_packing_placement_mean_packing_per_call():
