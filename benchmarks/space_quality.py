@@ -245,7 +245,8 @@ def family_configs(name: str, template: Template) -> list[Config]:
 
     structure = template.structure
     extents = dict(zip(structure.axis_names, structure.extents))
-    family = (matmul_family(extents) if name in ("matmul512", "ffn2") else pixel_family(extents) if name.startswith("conv1x1")
+    family = (matmul_family(extents) if name in ("matmul512", "ffn2")
+              else pixel_family(extents) if name.startswith("conv1x1")
               else row_family(extents) if name == "gemv" else lane_family(extents) if name == "bgemv"
               else conv_family(extents))
     return [c for c in map(Config, family) if template.space.is_valid(c)]

@@ -347,9 +347,9 @@ class CPUTemplate(Template):
         packed = sch.get_sblock(f"{buffer}_global")
         # iterate as the copy is laid out; compute_at then makes one loop per iterator, in order
         # (none for an iterator that spans one element in a task), the innermost the vector's
-        dtype = str(sch.get(packed).iter_vars[0].var.ty)
-        ndim = len(sch.get(packed).iter_vars)
-        sch.transform_block_layout(packed, IndexMap.from_func(packed_layout(dim, width), ndim=ndim, index_dtype=dtype))
+        iters = sch.get(packed).iter_vars
+        layout = IndexMap.from_func(packed_layout(dim, width), ndim=len(iters), index_dtype=str(iters[0].var.ty))
+        sch.transform_block_layout(packed, layout)
         sch.compute_at(packed, task)
         if 1 < width <= self.lanes:  # (of width 1, the innermost loop is another dimension's)
             sch.vectorize(sch.get_loops(packed)[-1])
