@@ -4,16 +4,13 @@ The CPU template's loop nest is S0 S1 R0 S2 R1 S3 (`search.cpu_template`): S0 pa
 register tile with its innermost axis vectorized. From the tile sizes alone follow the data each
 loop level works on (the operands' footprints, against the host's caches), the FMAs per loaded
 element at each level, how the vectorized axis walks each operand (contiguous, broadcast or
-strided), what one register step costs in loads (vector FMAs per load instruction, the rows it
-reads, and how many of them fall in one L1 set: 16 rows of A 16 KiB apart thrash an 8-way L1),
-and how the parallel tasks fill the cores. Together with the draft terms they describe a
+strided), and how the parallel tasks fill the cores. Together with the draft terms they describe a
 candidate in about a hundredth of the time that lowering it and reading `PerStoreFeature` takes.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -35,9 +32,7 @@ KNOB_NAMES: tuple[str, ...] = (
     "log_unrolled_body", "reduce_reads_contiguous", "reduce_reads_strided",
     "pad_copied_per_task", "pad_copied_per_tile", "log_pad_copy_bytes", "vector_guarded",
     "pack_copied_per_call", "pack_copied_per_task", "log_pack_copy_bytes",
-    "register_fmas_per_load", "log_register_read_rows", "log_register_aliased_rows",
 )
-L1_LINE, L1_SETS = 64, 64  # bytes per line, sets: 32 KiB 8-way and 48 KiB 12-way L1s alike (every x86 core seen)
 
 
 @lru_cache(maxsize=256)
@@ -50,15 +45,6 @@ def _strides(structure: Structure) -> tuple[tuple[int, ...], ...]:
         out.append(tuple(sum(dim[a] * inner[d] for d, dim in enumerate(access.coefficients))
                          for a in range(len(structure.extents))))
     return tuple(out)
-
-
-def _rows_per_l1_set(axes: list[tuple[int, int]]) -> int:
-    """Most rows whose starts fall in one L1 set, of the rows that `axes` (extent, byte stride)
-    span: rows 16 KiB apart all do, and more of them than the L1's ways evict each other."""
-    starts = [0]
-    for extent, stride in axes:
-        starts = [start + i * stride for start in starts for i in range(extent)]
-    return max(Counter(start // L1_LINE % L1_SETS for start in starts).values())
 
 
 def _log(value: float) -> float:
@@ -107,23 +93,10 @@ def knob_features(template: Template, config: Config) -> dict[str, float]:
     vec = s.axis_names.index(config["vector_axis"])
     packed = template.packed_operand(vec) if config.get("pack") else None  # type: ignore[attr-defined]
     by_phase = template.phase_stride(config) > 1  # type: ignore[attr-defined]
-    register_extents = list(shapes["register"][0])
-    register_extents[vec] = width  # a lane-split reduction's lanes are part of the register step
-    loads, rows, aliased = 0.0, 0, 1
     for index, (access, strides) in enumerate(zip(s.reads, _strides(s))):
         stride = 1 if index == packed or (by_phase and not access.is_input) else abs(strides[vec])
         kind = "broadcast" if stride == 0 else "contiguous" if stride == 1 else "strided"
         features[f"vector_reads_{kind}"] += 1
-        touched = access.footprint(tuple(register_extents))
-        loads += touched / width * math.ceil(width / template.lanes) if kind == "contiguous" else touched  # type: ignore[attr-defined]
-        row_axes = [a for a, extent in enumerate(register_extents)
-                    if extent > 1 and strides[a] and not (a == vec and kind == "contiguous")]
-        rows += math.prod(register_extents[a] for a in row_axes)
-        aliased = max(aliased, _rows_per_l1_set([(register_extents[a], strides[a] * s.dtype_bytes) for a in row_axes]))
-    vector_fmas = math.ceil(width / template.lanes) * math.prod(register_extents) / width  # type: ignore[attr-defined]
-    features["register_fmas_per_load"] = vector_fmas / loads
-    features["log_register_read_rows"] = _log(rows)
-    features["log_register_aliased_rows"] = _log(aliased)
     features["vector_is_last_axis"] = float(vec == spatial[-1])
     tasks = math.prod(parts[a][0] for a in spatial)
     features["log_tasks"] = _log(tasks)

@@ -229,29 +229,6 @@ def test_knob_features_follow_the_loop_nest_without_lowering():
     assert f["tasks_per_core"] == 1 and f["accumulator_registers"] == 8 and f["vector_is_last_axis"] == 1
 
 
-
-def test_knob_features_count_the_register_steps_loads_and_aliased_rows():
-    """matmul 128x4096x4096 (B transposed, packed) on AVX-512 (16 lanes): a 16 x 16 register tile
-    broadcasts 16 elements of A, from 16 rows 16 KiB apart (one L1 set), for one vector of B and
-    16 vector FMAs; a 4 x 64 tile broadcasts 4 and loads 4 vectors for the same 16 FMAs. On znver4
-    the first ran at 0.5x the second (105 against 220 GFLOP/s), which these features tell apart.
-    Rows whose stride is no multiple of 4 KiB meet in one set less often."""
-    from cost_model.knob_features import knob_features
-
-    zen4 = search.TargetInfo.from_record("llvm -mcpu=znver4 -num-cores=2", None)
-    template = search.template_for(workloads.matmul(128, 4096, 4096, transpose_b=True, constant_weights=True), zen4)
-    base = {"tile_k": [16, 256], "vector_axis": "j", "pack": 1, "unroll": 64, "write_at": 1}
-    tall = knob_features(template, template.check(search.Config(base, tile_i=[1, 2, 4, 16], tile_j=[16, 4, 4, 16])))
-    wide = knob_features(template, template.check(search.Config(base, tile_i=[1, 1, 32, 4], tile_j=[16, 1, 4, 64])))
-    assert tall["register_fmas_per_load"] == 16 / 17 and wide["register_fmas_per_load"] == 16 / 8
-    assert (tall["log_register_read_rows"], wide["log_register_read_rows"]) == (np.log2(17), np.log2(5))
-    assert (tall["log_register_aliased_rows"], wide["log_register_aliased_rows"]) == (4, 2)  # A's rows; B's is packed
-    assert tall["accumulator_registers"] == wide["accumulator_registers"] == 16
-    # rows 3 KiB apart (K = 768) meet in one set every fourth row: 16 rows, 4 to a set
-    template = search.template_for(workloads.matmul(128, 768, 768, transpose_b=True, constant_weights=True), zen4)
-    config = template.check(search.Config(base, tile_i=[1, 2, 4, 16], tile_j=[4, 3, 4, 16], tile_k=[3, 256]))
-    assert knob_features(template, config)["log_register_aliased_rows"] == 2
-
 def test_knob_features_read_a_window_split_by_phase_as_contiguous():
     """A stride-2 depthwise conv vectorized along its output width: its window's vector loads step
     by 2 when the padding is read in place, by 1 when the copied window is laid out by phase
