@@ -1,6 +1,7 @@
 """How the cost model ranks on a machine or a network it never saw, over training seeds.
 
     python -m benchmarks.cost_model_transfer [--seeds 5] [--per-store-seeds 3]
+    python -m benchmarks.cost_model_transfer --per-store-seeds 0 --recipe '{"feature_fraction": 0.5}'
 
 Leave-one-host-out: for each CPU in the random-config datasets (`cost_model/data/cpu_*`, each record
 carrying the host that measured it), a model trained on the other CPUs' records ranks this CPU's
@@ -15,12 +16,15 @@ is the best latency over the best among the model's top k, averaged over the net
 weighted by their occurrences. With `--new-host FILE...`, records of workloads that no training file
 holds, measured on a host that none measured (a user's first run on their own CPU): the shipped recipe,
 trained on every other host's records, ranks each of them. Every figure is the mean over training
-seeds, with its spread.
+seeds, with its spread. `--recipe` changes the shipped recipe for every fit (its constructor
+arguments, or any other LightGBM setting), to try one on all of these before shipping it.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -38,19 +42,25 @@ NETWORKS = ("resnet50", "mobilenet_v2", "bert_base", "llm_7b")
 HOST_AWARE = ("fma_pipes", "l3_fit", "log_l1_bytes", "log_l2_bytes", "l1_read_ratio", "l2_read_ratio",
               "l3_read_ratio", "accumulator_l1_ratio", "accumulator_registers")
 METRICS = ("pairwise_accuracy", "top1", "top5")
+Recipe = dict[str, Any]  # changes to the shipped LightGBM recipe (none: as shipped)
 
 
 def is_gemm(workload: str) -> bool:
     return workload.startswith(("matmul(", "batch_matmul("))
 
 
-def fit(train: Dataset, seed: int, columns: np.ndarray) -> Any:
-    """The shipped recipe, trained on `train` with `seed`."""
+def fit(train: Dataset, seed: int, columns: np.ndarray, recipe: Recipe) -> Any:
+    """The shipped recipe with `recipe`'s changes, trained on `train` with `seed`: a key that
+    `LightGBMRanker` takes as an argument sets it, any other is a LightGBM setting."""
     from cost_model import LightGBMRanker
     from cost_model.pretrained import PRETRAINED_PARAMS
 
-    return LightGBMRanker(**{**PRETRAINED_PARAMS, "seed": seed}).fit(train.features[:, columns], train.throughputs,
-                                                                     train.groups)
+    arguments = inspect.signature(LightGBMRanker).parameters
+    given = {k: v for k, v in recipe.items() if k in arguments}
+    booster = {k: v for k, v in recipe.items() if k not in arguments}
+    params = {**PRETRAINED_PARAMS, **given, "seed": seed}
+    params["booster_params"] = {**params.get("booster_params", {}), **booster}
+    return LightGBMRanker(**params).fit(train.features[:, columns], train.throughputs, train.groups)
 
 
 def per_group(model: Any, test: Dataset, columns: np.ndarray) -> list[dict[str, float]]:
@@ -69,7 +79,8 @@ def spread(values: Iterable[float]) -> dict[str, float]:
             "max": float(array.max())}
 
 
-def leave_one_host_out(data: Dataset, seeds: list[int], columns: np.ndarray, strict: bool) -> dict[str, Any]:
+def leave_one_host_out(data: Dataset, seeds: list[int], columns: np.ndarray, strict: bool,
+                       recipe: Recipe) -> dict[str, Any]:
     """Per host: its workloads' mean metrics (all, and GEMMs alone) for each seed, then the spread."""
     rows: dict[str, Any] = {}
     for host in sorted(set(data.hosts)):
@@ -78,7 +89,7 @@ def leave_one_host_out(data: Dataset, seeds: list[int], columns: np.ndarray, str
         train = data.where(lambda w, h: h != host and w not in held)
         runs = []
         for seed in seeds:
-            metrics = per_group(fit(train, seed, columns), test, columns)
+            metrics = per_group(fit(train, seed, columns, recipe), test, columns)
             gemms = [m for m, w in zip(metrics, test.workloads) if is_gemm(w)]
             runs.append({**{k: np.mean([m[k] for m in metrics]) for k in METRICS},
                          **{f"gemm_{k}": np.mean([m[k] for m in gemms]) for k in METRICS}})
@@ -88,7 +99,8 @@ def leave_one_host_out(data: Dataset, seeds: list[int], columns: np.ndarray, str
     return rows
 
 
-def leave_one_network_out(random: Dataset, networks: Dataset, seeds: list[int], columns: np.ndarray) -> dict[str, Any]:
+def leave_one_network_out(random: Dataset, networks: Dataset, seeds: list[int], columns: np.ndarray,
+                          recipe: Recipe) -> dict[str, Any]:
     """Per network: task-weighted top-1 and top-5 (and mean pairwise accuracy) for each seed. A
     task's tuning records and its random configs are separate query groups."""
     import dataclasses
@@ -106,7 +118,7 @@ def leave_one_network_out(random: Dataset, networks: Dataset, seeds: list[int], 
         w = np.array([weights[k] for k in test.workloads], dtype=float)
         runs = []
         for seed in seeds:
-            metrics = per_group(fit(train, seed, columns), test, columns)
+            metrics = per_group(fit(train, seed, columns, recipe), test, columns)
             runs.append({"top1": float(np.dot(w, [m["top1"] for m in metrics]) / w.sum()),
                          "top5": float(np.dot(w, [m["top5"] for m in metrics]) / w.sum()),
                          "pairwise_accuracy": float(np.mean([m["pairwise_accuracy"] for m in metrics]))})
@@ -115,12 +127,13 @@ def leave_one_network_out(random: Dataset, networks: Dataset, seeds: list[int], 
     return rows
 
 
-def new_host(random: Dataset, test: Dataset, seeds: list[int], columns: np.ndarray) -> dict[str, Any]:
+def new_host(random: Dataset, test: Dataset, seeds: list[int], columns: np.ndarray,
+             recipe: Recipe) -> dict[str, Any]:
     """Per workload of `test`: the shipped recipe, trained on the records of every host but
     `test`'s and of no workload in `test`, ranking its configs, for each seed."""
     hosts, held = set(test.hosts), set(test.workloads)
     train = random.where(lambda w, h: h not in hosts and w not in held)
-    runs = [per_group(fit(train, seed, columns), test, columns) for seed in seeds]
+    runs = [per_group(fit(train, seed, columns, recipe), test, columns) for seed in seeds]
     return {f"{workload} ({host})": {"configs": int(size), **{k: spread(run[i][k] for run in runs) for k in METRICS}}
             for i, (workload, host, size) in enumerate(zip(test.workloads, test.hosts, test.groups))}
 
@@ -156,7 +169,8 @@ def new_host_table(rows: dict[str, Any]) -> list[str]:
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Cost model on unseen hosts and networks ({report['date']})", "",
-             f"Command: `{report['command']}`; the shipped recipe (LightGBM LambdaRank, `PRETRAINED_PARAMS`), "
+             f"Command: `{report['command']}`; the shipped recipe (LightGBM LambdaRank, `PRETRAINED_PARAMS`)"
+             + (f" changed by {json.dumps(report['recipe'])}" if report["recipe"] else "") + ", "
              f"seeds {report['seeds']}: mean ± standard deviation over seeds. Data: "
              + ", ".join(f"{h} {n} (workload, host) groups" for h, n in report["groups_per_host"].items())
              + f"; features in {report['feature_s']:.0f} s, all fits in {report['fit_s']:.0f} s.", ""]
@@ -189,8 +203,13 @@ def main() -> None:
                         help="seeds of the runs with PerStoreFeature added (0: skip them, and their features)")
     parser.add_argument("--new-host", nargs="*", default=[],
                         help="record files of workloads trained on nowhere, measured on a host the training files lack")
+    parser.add_argument("--recipe", type=json.loads, default={},
+                        help="JSON object of changes to the shipped recipe for every fit; the report's name "
+                             "then ends in -recipe")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if not isinstance(args.recipe, dict):
+        parser.error(f"--recipe must be a JSON object, got {args.recipe!r}")
 
     from cost_model import FEATURE_NAMES
     from cost_model.dataset import read_dataset
@@ -208,17 +227,17 @@ def main() -> None:
     seeds = list(range(args.seeds))
     started = time.monotonic()
     report: dict[str, Any] = {
-        "date": today(), "command": command(), "versions": versions(), "seeds": seeds,
+        "date": today(), "command": command(), "versions": versions(), "seeds": seeds, "recipe": args.recipe,
         "groups_per_host": {h: random.hosts.count(h) for h in sorted(set(random.hosts))},
-        "loho": leave_one_host_out(random, seeds, shipped, strict=False),
-        "loho_strict": leave_one_host_out(random, seeds, shipped, strict=True),
-        "loho_strict_without_host_terms": leave_one_host_out(random, seeds, without_host, strict=True),
-        "loho_strict_without_knob_features": leave_one_host_out(random, seeds, without_knobs, strict=True),
-        "lono": leave_one_network_out(random, networks, seeds, shipped),
+        "loho": leave_one_host_out(random, seeds, shipped, False, args.recipe),
+        "loho_strict": leave_one_host_out(random, seeds, shipped, True, args.recipe),
+        "loho_strict_without_host_terms": leave_one_host_out(random, seeds, without_host, True, args.recipe),
+        "loho_strict_without_knob_features": leave_one_host_out(random, seeds, without_knobs, True, args.recipe),
+        "lono": leave_one_network_out(random, networks, seeds, shipped, args.recipe),
     }
     if args.new_host:
         report.update(new_host_files=args.new_host,
-                      new_host=new_host(random, read_dataset(args.new_host), seeds, shipped))
+                      new_host=new_host(random, read_dataset(args.new_host), seeds, shipped, args.recipe))
     if args.per_store_seeds:
         started_features = time.monotonic()
         random, networks = (read_dataset(training_files(), per_store=True),
@@ -226,12 +245,12 @@ def main() -> None:
         report["per_store_feature_s"] = time.monotonic() - started_features
         few = list(range(args.per_store_seeds))
         report["per_store_seeds"] = few
-        report["loho_strict_with_per_store"] = leave_one_host_out(random, few, every, strict=True)
-        report["lono_with_per_store"] = leave_one_network_out(random, networks, few, every)
+        report["loho_strict_with_per_store"] = leave_one_host_out(random, few, every, True, args.recipe)
+        report["lono_with_per_store"] = leave_one_network_out(random, networks, few, every, args.recipe)
     report.update(feature_s=feature_s, fit_s=time.monotonic() - started)
     text = markdown(report)
     print(text)
-    write_report(args.out / f"cost_model_transfer-{report['date']}", report, text)
+    write_report(args.out / f"cost_model_transfer-{report['date']}{'-recipe' if args.recipe else ''}", report, text)
 
 
 if __name__ == "__main__":

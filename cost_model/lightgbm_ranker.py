@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union, cast
 
@@ -20,11 +21,13 @@ InitModel = Union[str, "os.PathLike[str]", "LightGBMRanker", None]  # a model fi
 class LightGBMRanker:
     """Ranks candidates within a workload; `init_model` (a path or a fitted ranker) is transfer:
     training continues from its trees instead of starting from nothing. `query_rows` caps a
-    LightGBM query: a workload's records are cut into queries of that many rows or fewer."""
+    LightGBM query: a workload's records are cut into queries of that many rows or fewer.
+    `booster_params` adds or overrides LightGBM settings (e.g. `feature_fraction`), for trying a
+    recipe without a new argument for each."""
 
     def __init__(self, *, num_boost_round: int = 80, learning_rate: float = 0.1, num_leaves: int = 31,
                  min_data_in_leaf: int = 5, query_rows: int = 128, seed: int = 0,
-                 init_model: InitModel = None) -> None:
+                 init_model: InitModel = None, booster_params: Mapping[str, Any] | None = None) -> None:
         self.num_boost_round = num_boost_round
         self.learning_rate = learning_rate
         self.num_leaves = num_leaves
@@ -32,6 +35,7 @@ class LightGBMRanker:
         self.query_rows = query_rows
         self.seed = seed
         self.init_model = init_model
+        self.booster_params = dict(booster_params or {})
         self.booster_: lightgbm.Booster | None = None
         self.base_booster_ = self._load_base(init_model)
         self._data = TrainingData()
@@ -55,7 +59,7 @@ class LightGBMRanker:
         return {"objective": "lambdarank", "learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
                 "min_data_in_leaf": self.min_data_in_leaf, "seed": self.seed, "deterministic": True,
                 "num_threads": 1, "verbose": -1, "label_gain": list(range(32)), "feature_pre_filter": False,
-                "lambdarank_truncation_level": self.query_rows}
+                "lambdarank_truncation_level": self.query_rows, **self.booster_params}
 
     def _queries(self, groups: np.ndarray) -> tuple[np.ndarray, list[int]]:
         """Rows in random order within each group, cut into LightGBM queries of `query_rows` or fewer.

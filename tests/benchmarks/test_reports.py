@@ -27,3 +27,19 @@ def test_a_row_run_again_takes_the_place_of_the_old_one() -> None:
     replace(rows, {"workload": "c", "trials": 256, "v": 2})
     assert [(r["workload"], r["trials"], r["v"]) for r in rows] == [("a", 256, 2), ("b", 256, 1), ("a", 64, 1),
                                                                     ("c", 256, 2)]
+
+
+def test_a_transfer_recipe_sets_ranker_arguments_and_lightgbm_settings_over_the_shipped_ones() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from benchmarks.cost_model_transfer import fit
+
+    rng = np.random.default_rng(0)
+    features = rng.random((200, 4))
+    train = SimpleNamespace(features=features, throughputs=features[:, 0] + 0.1 * rng.random(200),
+                            groups=np.array([100, 100]))
+    model = fit(train, 0, np.arange(4), {"num_boost_round": 3, "max_depth": 1})  # an argument, a setting
+    trees = model.booster_.dump_model()["tree_info"]
+    assert len(trees) == 3 and all(t["num_leaves"] <= 2 for t in trees)  # shipped: 150 trees of 63 leaves

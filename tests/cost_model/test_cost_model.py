@@ -107,6 +107,13 @@ def test_lightgbm_queries_cut_each_workload_apart_into_at_most_query_rows():
     assert sorted(order[:10]) == list(range(10)) and sorted(order[10:]) == [10, 11, 12]
 
 
+def test_lightgbm_booster_params_reach_lightgbm(dataset):
+    stumps = LightGBMRanker(num_boost_round=5, booster_params={"num_leaves": 2})
+    stumps.fit(dataset.features, dataset.throughputs, dataset.groups)
+    trees = stumps.booster_.dump_model()["tree_info"]
+    assert len(trees) == 5 and all(t["num_leaves"] <= 2 for t in trees)  # overrides the argument's 31
+
+
 def test_relevance_grades_are_rank_quantiles_within_each_group():
     throughputs = np.array([0.0, 5.0, 3.0, 3.0, 10.0, 1.0, 2.0, 1.0, 4.0])
     grades = relevance(throughputs, np.array([6, 3]), levels=10)
