@@ -224,20 +224,21 @@ def main() -> None:
     shipped = every[BASE_COLUMNS.stop:]  # the CPU features: no PerStoreFeature
     without_host = np.array([i for i in shipped if FEATURE_NAMES[i] not in HOST_AWARE])
     without_knobs = np.array([i for i in shipped if FEATURE_NAMES[i] not in KNOB_NAMES])
-    seeds = list(range(args.seeds))
+    seeds, recipe = list(range(args.seeds)), args.recipe
     started = time.monotonic()
     report: dict[str, Any] = {
-        "date": today(), "command": command(), "versions": versions(), "seeds": seeds, "recipe": args.recipe,
+        "date": today(), "command": command(), "versions": versions(), "seeds": seeds, "recipe": recipe,
         "groups_per_host": {h: random.hosts.count(h) for h in sorted(set(random.hosts))},
-        "loho": leave_one_host_out(random, seeds, shipped, False, args.recipe),
-        "loho_strict": leave_one_host_out(random, seeds, shipped, True, args.recipe),
-        "loho_strict_without_host_terms": leave_one_host_out(random, seeds, without_host, True, args.recipe),
-        "loho_strict_without_knob_features": leave_one_host_out(random, seeds, without_knobs, True, args.recipe),
-        "lono": leave_one_network_out(random, networks, seeds, shipped, args.recipe),
+        "loho": leave_one_host_out(random, seeds, shipped, strict=False, recipe=recipe),
+        "loho_strict": leave_one_host_out(random, seeds, shipped, strict=True, recipe=recipe),
+        "loho_strict_without_host_terms": leave_one_host_out(random, seeds, without_host, strict=True, recipe=recipe),
+        "loho_strict_without_knob_features": leave_one_host_out(random, seeds, without_knobs, strict=True,
+                                                                recipe=recipe),
+        "lono": leave_one_network_out(random, networks, seeds, shipped, recipe=recipe),
     }
     if args.new_host:
         report.update(new_host_files=args.new_host,
-                      new_host=new_host(random, read_dataset(args.new_host), seeds, shipped, args.recipe))
+                      new_host=new_host(random, read_dataset(args.new_host), seeds, shipped, recipe=recipe))
     if args.per_store_seeds:
         started_features = time.monotonic()
         random, networks = (read_dataset(training_files(), per_store=True),
@@ -245,12 +246,12 @@ def main() -> None:
         report["per_store_feature_s"] = time.monotonic() - started_features
         few = list(range(args.per_store_seeds))
         report["per_store_seeds"] = few
-        report["loho_strict_with_per_store"] = leave_one_host_out(random, few, every, True, args.recipe)
-        report["lono_with_per_store"] = leave_one_network_out(random, networks, few, every, args.recipe)
+        report["loho_strict_with_per_store"] = leave_one_host_out(random, few, every, strict=True, recipe=recipe)
+        report["lono_with_per_store"] = leave_one_network_out(random, networks, few, every, recipe=recipe)
     report.update(feature_s=feature_s, fit_s=time.monotonic() - started)
     text = markdown(report)
     print(text)
-    write_report(args.out / f"cost_model_transfer-{report['date']}{'-recipe' if args.recipe else ''}", report, text)
+    write_report(args.out / f"cost_model_transfer-{report['date']}{'-recipe' if recipe else ''}", report, text)
 
 
 if __name__ == "__main__":
